@@ -1,0 +1,29 @@
+# Quick start targets. Each one builds its own virtual environment on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test test-ut test-st bench clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	# torch is pinned here as well: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[test]" "torch==2.13.0"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fcp demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/solver_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

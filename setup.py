@@ -1,0 +1,30 @@
+"""Distribution `mindspeed-mm-fcp`: Flexible Context Parallelism for MindSpeed-MM.
+
+`mindspeed_mm` and `mindspeed_mm/core` are namespace packages so that this tree can be laid over a
+MindSpeed-MM checkout without shadowing its own modules.
+"""
+from setuptools import find_namespace_packages, setup
+
+setup(
+    name="mindspeed-mm-fcp",
+    version="0.1.0",
+    description="Flexible Context Parallelism (FCP) for MindSpeed-MM multimodal training",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_namespace_packages(include=["mindspeed_mm", "mindspeed_mm.*"]),
+    package_data={"mindspeed_mm.core.fcp": ["cost/presets/*.json", "configs/*.yaml"]},
+    install_requires=[
+        "torch==2.13.0",
+        "numpy",
+        "scipy",
+        "pyyaml",
+        "tqdm",
+    ],
+    extras_require={
+        "megatron": ["megatron-core==0.12.1"],
+        "plot": ["matplotlib"],
+        "test": ["pytest", "megatron-core==0.12.1", "matplotlib"],
+    },
+    entry_points={"console_scripts": ["fcp=mindspeed_mm.core.fcp.cli:main"]},
+)
