@@ -1,0 +1,268 @@
+"""The planner's output: which ranks run which samples, with which algorithm, in which round.
+
+A `Plan` is plain data: it crosses from the planner to the executor, is printed as JSON by the CLI
+and is hashed so that every rank can check it holds the same layout.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.cost import CostModel
+
+_TIME_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    """Options of one planning problem."""
+
+    num_ranks: int
+    """N: the FCP ranks (data x context-parallel plane) to split into groups every round."""
+    ranks_per_node: int = 8
+    """Ranks sharing one node's fast intra-node link; groups that fit in a node stay in one."""
+    max_degree: int | None = None
+    """Largest allowed group degree; None means `num_ranks`."""
+    max_rounds: int | None = None
+    """Largest allowed number of rounds per step; None lets the planner choose."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_ranks, int) or self.num_ranks <= 0:
+            raise ValueError(f"num_ranks must be a positive integer, got {self.num_ranks!r}")
+        if not isinstance(self.ranks_per_node, int) or self.ranks_per_node <= 0:
+            raise ValueError(f"ranks_per_node must be a positive integer, got {self.ranks_per_node!r}")
+        if self.max_degree is not None and (
+            not isinstance(self.max_degree, int) or not 1 <= self.max_degree <= self.num_ranks
+        ):
+            raise ValueError(
+                f"max_degree must be an integer in [1, num_ranks={self.num_ranks}], got {self.max_degree!r}"
+            )
+        if self.max_rounds is not None and (not isinstance(self.max_rounds, int) or self.max_rounds <= 0):
+            raise ValueError(f"max_rounds must be a positive integer, got {self.max_rounds!r}")
+
+    @property
+    def degree_limit(self) -> int:
+        """The effective maximum group degree."""
+        return self.num_ranks if self.max_degree is None else self.max_degree
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One context-parallel group of one round."""
+
+    ranks: tuple[int, ...]
+    """Contiguous global FCP ranks of the group, ascending."""
+    degree: int
+    """Context-parallel degree, equal to `len(ranks)`."""
+    algo: str
+    """How attention is split over the group: "ring" or "ulysses"."""
+    samples: tuple[int, ...]
+    """Indices into the planner's input lengths, ascending (input order)."""
+    predicted_ms: float
+    """Predicted forward+backward time of the group's packed batch."""
+
+    def __post_init__(self) -> None:
+        if self.degree != len(self.ranks):
+            raise InvalidPlanError(f"group on ranks {list(self.ranks)} declares degree {self.degree}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The group as a JSON-ready dict."""
+        return {
+            "ranks": list(self.ranks),
+            "degree": self.degree,
+            "algo": self.algo,
+            "samples": list(self.samples),
+            "predicted_ms": self.predicted_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "GroupPlan":
+        """Reads a group written by `to_json`."""
+        return cls(
+            ranks=tuple(int(r) for r in _field(data, "ranks", "group")),
+            degree=int(_field(data, "degree", "group")),
+            algo=str(_field(data, "algo", "group")),
+            samples=tuple(int(s) for s in _field(data, "samples", "group")),
+            predicted_ms=float(_field(data, "predicted_ms", "group")),
+        )
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One forward+backward pass on every rank."""
+
+    groups: tuple[GroupPlan, ...]
+    """Groups of the round, ordered by first rank; together they cover ranks 0..N-1 exactly once."""
+    predicted_ms: float
+    """Predicted time of the round: the slowest group's time."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The round as a JSON-ready dict."""
+        return {"groups": [g.to_json() for g in self.groups], "predicted_ms": self.predicted_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RoundPlan":
+        """Reads a round written by `to_json`."""
+        return cls(
+            groups=tuple(GroupPlan.from_json(g) for g in _field(data, "groups", "round")),
+            predicted_ms=float(_field(data, "predicted_ms", "round")),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The layout of one global batch: R rounds of groups covering all N ranks."""
+
+    rounds: tuple[RoundPlan, ...]
+    """The rounds of the step, run one after the other by every rank."""
+    predicted_ms: float
+    """Predicted step time: the sum of the round times."""
+    lower_bound_ms: float
+    """A lower bound on the step time of any plan for this batch (see `lower_bound.py`)."""
+    solver_ms: float
+    """Wall-clock time the planner took; not part of the layout or its digest."""
+    num_ranks: int
+    """N, the number of FCP ranks the plan covers in every round."""
+    extras: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """Informational fields carried into the JSON (e.g. per-phase timings); not part of the digest."""
+
+    @property
+    def num_rounds(self) -> int:
+        """R, the number of rounds."""
+        return len(self.rounds)
+
+    @property
+    def gap_to_lower_bound(self) -> float:
+        """predicted / lower bound: how far the plan can at most be from the optimum."""
+        return self.predicted_ms / self.lower_bound_ms if self.lower_bound_ms > 0 else math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan in the documented JSON schema, plus `num_ranks` and any extras."""
+        out: dict[str, Any] = {
+            "rounds": [r.to_json() for r in self.rounds],
+            "predicted_ms": self.predicted_ms,
+            "lower_bound_ms": self.lower_bound_ms,
+            "solver_ms": self.solver_ms,
+            "num_ranks": self.num_ranks,
+        }
+        for key, value in self.extras.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Plan":
+        """Reads a plan from the JSON schema; `num_ranks` defaults to the ranks of the first round."""
+        rounds = tuple(RoundPlan.from_json(r) for r in _field(data, "rounds", "plan"))
+        if "num_ranks" in data:
+            num_ranks = int(data["num_ranks"])
+        elif rounds:
+            num_ranks = sum(g.degree for g in rounds[0].groups)
+        else:
+            raise InvalidPlanError("plan JSON has no rounds and no 'num_ranks' field")
+        known = {"rounds", "predicted_ms", "lower_bound_ms", "solver_ms", "num_ranks"}
+        return cls(
+            rounds=rounds,
+            predicted_ms=float(_field(data, "predicted_ms", "plan")),
+            lower_bound_ms=float(_field(data, "lower_bound_ms", "plan")),
+            solver_ms=float(_field(data, "solver_ms", "plan")),
+            num_ranks=num_ranks,
+            extras={k: v for k, v in data.items() if k not in known},
+        )
+
+    def digest(self) -> str:
+        """sha256 (hex) of the canonical JSON of the layout and predictions, without timings/extras."""
+        layout = {
+            "rounds": [r.to_json() for r in self.rounds],
+            "predicted_ms": self.predicted_ms,
+            "lower_bound_ms": self.lower_bound_ms,
+            "num_ranks": self.num_ranks,
+        }
+        canonical = json.dumps(layout, sort_keys=True, separators=(",", ":"), allow_nan=True)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def groups_of_rank(self, rank: int) -> list[GroupPlan]:
+        """The group holding `rank` in each round, in round order."""
+        if not 0 <= rank < self.num_ranks:
+            raise ValueError(f"rank {rank} is outside 0..{self.num_ranks - 1}")
+        found = []
+        for index, round_plan in enumerate(self.rounds):
+            group = next((g for g in round_plan.groups if rank in g.ranks), None)
+            if group is None:
+                raise InvalidPlanError(f"round {index} has no group holding rank {rank}")
+            found.append(group)
+        return found
+
+
+def validate_plan(
+    plan: Plan,
+    lengths: Sequence[int],
+    cost: "CostModel",
+    patches: Sequence[int] | None = None,
+) -> None:
+    """Raises `InvalidPlanError` unless `plan` is executable for this batch.
+
+    Checks: every sample in exactly one group; each round's groups are contiguous rank ranges that
+    cover 0..N-1 exactly once (so degrees sum to N); every group fits in memory and its algo is
+    feasible at its degree (finite predicted time); round and step times are consistent.
+    """
+    n = plan.num_ranks
+    seen: dict[int, int] = {}
+    for r, round_plan in enumerate(plan.rounds):
+        covered = 0
+        for group in sorted(round_plan.groups, key=lambda g: g.ranks[0] if g.ranks else -1):
+            where = f"round {r}, group on ranks {list(group.ranks)}"
+            if group.degree < 1:
+                raise InvalidPlanError(f"{where}: degree must be >= 1")
+            if group.ranks != tuple(range(group.ranks[0], group.ranks[0] + group.degree)):
+                raise InvalidPlanError(f"{where}: ranks are not a contiguous ascending range")
+            if group.ranks[0] != covered:
+                raise InvalidPlanError(f"round {r}: ranks {covered}.. are not covered exactly once")
+            covered += group.degree
+            if group.algo not in cost.algos:
+                raise InvalidPlanError(f"{where}: unknown algo {group.algo!r}")
+            if not group.samples:
+                raise InvalidPlanError(f"{where}: group has no samples")
+            for s in group.samples:
+                if not 0 <= s < len(lengths):
+                    raise InvalidPlanError(f"{where}: sample index {s} outside 0..{len(lengths) - 1}")
+                if s in seen:
+                    raise InvalidPlanError(f"{where}: sample {s} already planned in round {seen[s]}")
+                seen[s] = r
+            tokens = sum(int(lengths[s]) for s in group.samples)
+            if cost.min_degree(tokens) > group.degree:
+                raise InvalidPlanError(
+                    f"{where}: {tokens} tokens exceed the memory of {group.degree} ranks "
+                    f"({cost.capacity_tokens} tokens per rank)"
+                )
+            workload = cost.workload(
+                [int(lengths[s]) for s in group.samples],
+                None if patches is None else [int(patches[s]) for s in group.samples],
+            )
+            if not math.isfinite(float(cost.group_time_ms(workload, group.degree, group.algo))):
+                raise InvalidPlanError(f"{where}: algo {group.algo!r} is infeasible at degree {group.degree}")
+        if covered != n:
+            raise InvalidPlanError(f"round {r}: degrees sum to {covered}, expected num_ranks={n}")
+        slowest = max((g.predicted_ms for g in round_plan.groups), default=0.0)
+        if not math.isclose(round_plan.predicted_ms, slowest, rel_tol=_TIME_RTOL):
+            raise InvalidPlanError(f"round {r}: predicted {round_plan.predicted_ms} ms != slowest group {slowest} ms")
+    missing = sorted(set(range(len(lengths))) - set(seen))
+    if missing:
+        raise InvalidPlanError(f"samples {missing[:10]} are in no group ({len(missing)} missing)")
+    total = sum(r.predicted_ms for r in plan.rounds)
+    if not math.isclose(plan.predicted_ms, total, rel_tol=_TIME_RTOL):
+        raise InvalidPlanError(f"plan predicted {plan.predicted_ms} ms != sum of rounds {total} ms")
+
+
+def _field(data: dict[str, Any], name: str, what: str) -> Any:
+    """`data[name]`, or an error naming the missing field."""
+    if not isinstance(data, dict):
+        raise InvalidPlanError(f"{what} JSON must be an object, got {type(data).__name__}")
+    if name not in data:
+        raise InvalidPlanError(f"{what} JSON lacks field {name!r}")
+    return data[name]
