@@ -1,0 +1,23 @@
+"""Distributed attention for FCP groups: zigzag sharding, ring / Ulysses attention, kernels, group pool."""
+from mindspeed_mm.core.fcp.parallel.attention import ATTENTION_ALGOS, fcp_attention
+from mindspeed_mm.core.fcp.parallel.comm import CommStats
+from mindspeed_mm.core.fcp.parallel.zigzag import (
+    RankShard,
+    ZigzagLayout,
+    zigzag_layout,
+    zigzag_positions,
+    zigzag_shard,
+    zigzag_unshard,
+)
+
+__all__ = [
+    "ATTENTION_ALGOS",
+    "CommStats",
+    "RankShard",
+    "ZigzagLayout",
+    "fcp_attention",
+    "zigzag_layout",
+    "zigzag_positions",
+    "zigzag_shard",
+    "zigzag_unshard",
+]
