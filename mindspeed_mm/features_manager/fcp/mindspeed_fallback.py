@@ -1,0 +1,148 @@
+"""Stand-ins for MindSpeed's feature base class and patch manager, used only when `mindspeed` is absent.
+
+MindSpeed (and `torch_npu`, which it needs) cannot be installed on a machine without the Ascend toolkit,
+but the FCP feature must still register its arguments, validate them and patch Megatron there (CPU
+development, CI). These classes reproduce the part of MindSpeed's interface FCP relies on:
+
+- ``MindSpeedFeature``: ``register_args``, ``pre_validate_args``, ``validate_args``,
+  ``post_validate_args``, ``pre_register_patches``, ``register_patches``, ``is_need_apply``,
+  ``incompatible_check``, ``dependency_check`` and the static ``add_parser_argument_choices_value``.
+- ``MindSpeedPatchesManager``: ``register_patch(target, new_obj, force_patch=False)`` then
+  ``apply_patches()``; an object whose name ends in ``_wrapper`` wraps the original, anything else
+  replaces it. Modules that imported the original by name see the replacement too.
+
+When the real packages are importable, :mod:`.mindspeed_compat` uses them instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
+
+
+class MindSpeedFeature:
+    """Base class of a switchable training feature (fallback of ``mindspeed.features_manager``)."""
+
+    def __init__(self, feature_name: str, optimization_level: int = 2):
+        self.feature_name = feature_name.strip().replace("-", "_")
+        self.optimization_level = optimization_level
+        self.default_patches = self.optimization_level == 0
+
+    def is_need_apply(self, args: argparse.Namespace) -> bool:
+        return bool(getattr(args, self.feature_name, None))
+
+    def register_args(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def pre_validate_args(self, args: argparse.Namespace) -> None:
+        pass
+
+    def validate_args(self, args: argparse.Namespace) -> None:
+        pass
+
+    def post_validate_args(self, args: argparse.Namespace) -> None:
+        pass
+
+    def pre_register_patches(self, patch_manager: Any, args: argparse.Namespace) -> None:
+        pass
+
+    def register_patches(self, patch_manager: Any, args: argparse.Namespace) -> None:
+        pass
+
+    def incompatible_check(self, global_args: argparse.Namespace, check_args: str) -> None:
+        if getattr(global_args, self.feature_name, None) and getattr(global_args, check_args, None):
+            raise AssertionError(f"{self.feature_name} and {check_args} are incompatible.")
+
+    def dependency_check(self, global_args: argparse.Namespace, check_args: str) -> None:
+        if getattr(global_args, self.feature_name, None) and not getattr(global_args, check_args, None):
+            raise AssertionError(f"{self.feature_name} requires {check_args}.")
+
+    @staticmethod
+    def add_parser_argument_choices_value(parser: argparse.ArgumentParser, argument_name: str,
+                                          new_choice: str) -> None:
+        """Add ``new_choice`` to the choices of an already registered option; no-op if it is absent."""
+        for action in parser._actions:  # argparse keeps no public registry of actions
+            if argument_name in action.option_strings:
+                if action.choices is not None and new_choice not in action.choices:
+                    action.choices = [*action.choices, new_choice]
+                return
+
+
+@dataclass
+class _Patch:
+    target: str
+    new_obj: Any
+    original: Any = None
+    applied: bool = False
+
+
+def _resolve(dotted: str) -> tuple[Any, str]:
+    """Split ``pkg.mod.Cls.attr`` into (owner object, attribute name), importing the module part."""
+    parts = dotted.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:split]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[split:-1]:
+            owner = getattr(owner, name)
+        attr = parts[-1]
+        if not hasattr(owner, attr):
+            raise AttributeError(f"patch target {dotted!r}: {owner!r} has no attribute {attr!r}")
+        return owner, attr
+    raise ModuleNotFoundError(f"patch target {dotted!r}: no importable module prefix")
+
+
+class MindSpeedPatchesManager:
+    """Registry of monkey patches applied in one go (fallback of ``mindspeed.patch_utils``)."""
+
+    patches_info: ClassVar[dict[str, _Patch]] = {}
+
+    @classmethod
+    def register_patch(cls, target: str, new_obj: Any, force_patch: bool = False) -> None:
+        existing = cls.patches_info.get(target)
+        if existing is not None and existing.new_obj is not new_obj and not force_patch:
+            raise RuntimeError(f"patch target {target!r} is already registered; use force_patch=True")
+        if existing is None or existing.new_obj is not new_obj:
+            cls.patches_info[target] = _Patch(target, new_obj)
+
+    @classmethod
+    def apply_patches(cls) -> None:
+        for patch in cls.patches_info.values():
+            if patch.applied:
+                continue
+            owner, attr = _resolve(patch.target)
+            patch.original = getattr(owner, attr)
+            is_wrapper = getattr(patch.new_obj, "__name__", "").endswith("_wrapper")
+            replacement = patch.new_obj(patch.original) if is_wrapper else patch.new_obj
+            setattr(owner, attr, replacement)
+            _rebind_imported_names(patch.original, replacement, attr)
+            patch.applied = True
+            logger.debug("patched %s", patch.target)
+
+    @classmethod
+    def remove_all_patches(cls) -> None:
+        """Undo every applied patch, newest first (tests use it to restore Megatron)."""
+        for patch in reversed(list(cls.patches_info.values())):
+            if patch.applied:
+                owner, attr = _resolve(patch.target)
+                current = getattr(owner, attr)
+                setattr(owner, attr, patch.original)
+                _rebind_imported_names(current, patch.original, attr)
+        cls.patches_info.clear()
+
+
+def _rebind_imported_names(old: Any, new: Any, attr: str) -> None:
+    """Modules that did ``from x import name`` hold the old object: point them at the new one."""
+    for module in list(sys.modules.values()):
+        try:
+            holds_old = module is not None and getattr(module, attr, None) is old
+        except Exception:  # some modules compute attributes lazily and may raise anything
+            continue
+        if holds_old:
+            setattr(module, attr, new)
