@@ -1,0 +1,340 @@
+"""Typed run configuration read from a MindSpeed-MM-style YAML file.
+
+The file has two sections. `gpt_args:` holds Megatron-style keys (model shape, batch sizes,
+optimizer, `context_parallel_algo`, `context_parallel_size`) and the `fcp_*` keys of FCP;
+`data:` describes the synthetic dataset. Every key is checked: an unknown key, a missing required
+key or a value of the wrong type raises `ConfigError` naming the file, the section and the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
+
+CP_ALGOS = ("fcp_cp_algo", "megatron_cp_algo")
+"""Values of `context_parallel_algo`: FCP, or Megatron's static ring context parallelism."""
+
+_REQUIRED = dataclasses.MISSING
+
+
+class ConfigError(ValueError):
+    """A run configuration is malformed; the message names the file, section and key."""
+
+
+def _key(name: str, default: Any = _REQUIRED) -> Any:
+    """A dataclass field read from the YAML key `name`."""
+    if default is _REQUIRED:
+        return field(metadata={"key": name})
+    return field(default=default, metadata={"key": name})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the Qwen3-style decoder (GQA, QK-norm, SwiGLU, RMSNorm, RoPE)."""
+
+    num_layers: int = _key("num_layers")
+    """Transformer layers."""
+    hidden_size: int = _key("hidden_size")
+    """Model width."""
+    ffn_hidden_size: int = _key("ffn_hidden_size")
+    """Width of one SwiGLU branch."""
+    num_attention_heads: int = _key("num_attention_heads")
+    """Query heads."""
+    num_query_groups: int = _key("num_query_groups")
+    """Key/value heads (grouped-query attention); must divide `num_attention_heads`."""
+    vocab_size: int = _key("vocab_size")
+    """Vocabulary size."""
+    seq_length: int = _key("seq_length")
+    """Longest sample in tokens; longer synthetic samples are truncated to it."""
+    kv_channels: int | None = _key("kv_channels", None)
+    """Head dimension; None means hidden_size / num_attention_heads."""
+    rotary_base: int = _key("rotary_base", 10000)
+    """RoPE base period."""
+    norm_epsilon: float = _key("norm_epsilon", 1e-6)
+    """RMSNorm epsilon (also used by the QK norms)."""
+    init_method_std: float = _key("init_method_std", 0.02)
+    """Standard deviation of the normal weight initialisation."""
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per attention head."""
+        return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Batch sizes, step count, parallel algorithm and logging."""
+
+    train_iters: int = _key("train_iters")
+    """Optimizer steps to run."""
+    global_batch_size: int = _key("global_batch_size")
+    """Samples per optimizer step (over all ranks)."""
+    context_parallel_algo: Literal["fcp_cp_algo", "megatron_cp_algo"] = _key("context_parallel_algo", "fcp_cp_algo")
+    """`fcp_cp_algo`: groups re-planned every step; `megatron_cp_algo`: fixed ring CP groups."""
+    context_parallel_size: int = _key("context_parallel_size", 1)
+    """Static CP degree of `megatron_cp_algo` (DP = ranks / CP); not used by FCP, whose degrees change per step."""
+    micro_batch_size: int = _key("micro_batch_size", 1)
+    """Must be 1: a micro-batch (round) is one packed varlen sequence per CP group, as in Megatron's THD format."""
+    seed: int = _key("seed", 1234)
+    """Seed of the weight initialisation and of the token contents."""
+    log_interval: int = _key("log_interval", 1)
+    """Log an iteration line every this many steps."""
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The torch optimizer applied after the once-per-step gradient all-reduce."""
+
+    optimizer: Literal["adam", "sgd"] = _key("optimizer", "adam")
+    """`adam` (torch.optim.Adam) or `sgd` (torch.optim.SGD)."""
+    lr: float = _key("lr", 1e-3)
+    """Learning rate (constant)."""
+    weight_decay: float = _key("weight_decay", 0.0)
+    """L2 weight decay."""
+    adam_beta1: float = _key("adam_beta1", 0.9)
+    """Adam first-moment decay."""
+    adam_beta2: float = _key("adam_beta2", 0.999)
+    """Adam second-moment decay."""
+    adam_eps: float = _key("adam_eps", 1e-8)
+    """Adam denominator epsilon."""
+    sgd_momentum: float = _key("sgd_momentum", 0.0)
+    """SGD momentum."""
+
+
+@dataclass(frozen=True)
+class FCPConfig:
+    """Options of the FCP planner and executor (`fcp_*` keys)."""
+
+    preset: str | None = _key("fcp_preset", None)
+    """Name of an analytic cost-model preset; exactly one of `preset` and `profile_table` is set."""
+    profile_table: str | None = _key("fcp_profile_table", None)
+    """Path of a profiled cost table (JSON) measured by `fcp profile`."""
+    max_degree: int | None = _key("fcp_max_degree", None)
+    """Largest CP group; None means all FCP ranks."""
+    max_tokens_per_rank: int | None = _key("fcp_max_tokens_per_rank", None)
+    """Override of the cost model's memory capacity in tokens per rank."""
+    attention_algo: Literal["auto", "ring", "ulysses"] = _key("fcp_attention_algo", "auto")
+    """`auto` lets the planner pick ring or ulysses per group; otherwise that algorithm only."""
+    async_planning: bool = _key("fcp_async_planning", True)
+    """Plan step t+1 in a background thread while step t runs."""
+    group_pool: Literal["lazy", "prewarm"] = _key("fcp_group_pool", "lazy")
+    """`lazy`: create a group's communicator when first used; `prewarm`: create all at start-up."""
+    ranks_per_node: int | None = _key("fcp_ranks_per_node", None)
+    """Ranks sharing a node's fast link; None takes the cost model's hardware value."""
+    log_plan: bool = _key("fcp_log_plan", True)
+    """Log each step's plan summary (groups, degrees, predicted vs measured round time)."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The embedded synthetic dataset: lengths from a workload generator, scaled down for CPU."""
+
+    dataset: str = _key("dataset", "openvid")
+    """Length generator: one of the names in `simulate.workloads.DATASETS`."""
+    length_scale: float = _key("length_scale", 256.0)
+    """Generated token lengths are divided by this factor (rounded up)."""
+    min_length: int = _key("min_length", 8)
+    """Scaled lengths are raised to at least this many tokens."""
+    seed: int = _key("seed", 0)
+    """Seed of the length generator."""
+    loss_free_prefix: float = _key("loss_free_prefix", 0.5)
+    """Up to this fraction of each sample (a prompt-like prefix) carries no loss."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one `fcp train` run needs."""
+
+    model: ModelConfig
+    """Decoder shape."""
+    training: TrainingConfig
+    """Steps, batch sizes, parallel algorithm."""
+    optimizer: OptimizerConfig
+    """Optimizer settings."""
+    fcp: FCPConfig
+    """FCP planner/executor settings."""
+    data: DataConfig
+    """Synthetic dataset settings."""
+    source: str = "<mapping>"
+    """Where the configuration was read from (for messages)."""
+
+    @property
+    def is_fcp(self) -> bool:
+        """True when training with FCP, False for the static `megatron_cp_algo` baseline."""
+        return self.training.context_parallel_algo == "fcp_cp_algo"
+
+    def validate_world(self, world_size: int) -> None:
+        """Checks the options that depend on the number of FCP ranks."""
+        t = self.training
+        where = f"{self.source}: gpt_args"
+        if self.fcp.max_degree is not None and self.fcp.max_degree > world_size:
+            raise ConfigError(f"{where}.fcp_max_degree={self.fcp.max_degree} exceeds the {world_size} ranks")
+        if not self.is_fcp and world_size % t.context_parallel_size:
+            raise ConfigError(
+                f"{where}.context_parallel_size={t.context_parallel_size} does not divide the {world_size} ranks"
+            )
+
+
+_SECTIONS: dict[str, tuple[type, ...]] = {
+    "gpt_args": (ModelConfig, TrainingConfig, OptimizerConfig, FCPConfig),
+    "data": (DataConfig,),
+}
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Reads and validates a run configuration YAML file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{file}: cannot read configuration ({err.strerror or err})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{file}: invalid YAML ({err})") from None
+    return parse_run_config(data, source=str(file))
+
+
+def parse_run_config(data: Any, source: str = "<mapping>") -> RunConfig:
+    """Validates a configuration mapping ({'gpt_args': {...}, 'data': {...}})."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: top level must be a mapping with sections {', '.join(_SECTIONS)}")
+    unknown = sorted(set(data) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown section {unknown[0]!r}; expected {', '.join(_SECTIONS)}")
+    if "gpt_args" not in data:
+        raise ConfigError(f"{source}: missing section 'gpt_args'")
+    parsed: dict[type, Any] = {}
+    for section, classes in _SECTIONS.items():
+        values = data.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{source}: section {section!r} must be a mapping, got {type(values).__name__}")
+        known = {f.metadata["key"] for cls in classes for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                raise ConfigError(f"{source}: {section}.{key} is not a known option")
+        for cls in classes:
+            parsed[cls] = _build(cls, values, f"{source}: {section}")
+    config = RunConfig(
+        model=parsed[ModelConfig],
+        training=parsed[TrainingConfig],
+        optimizer=parsed[OptimizerConfig],
+        fcp=parsed[FCPConfig],
+        data=parsed[DataConfig],
+        source=source,
+    )
+    _check_consistency(config)
+    return config
+
+
+def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = f.metadata["key"]
+        if key in values:
+            kwargs[f.name] = _coerce(values[key], hints[f.name], f"{where}.{key}")
+        elif f.default is _REQUIRED:
+            raise ConfigError(f"{where}.{key} is required")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """`value` checked against the type hint `hint`; ints are accepted for floats."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [o for o in options if o is not type(None)]
+        return _coerce(value, inner, where)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported option type {hint!r} for {where}")
+
+
+def _check_consistency(config: RunConfig) -> None:
+    where = f"{config.source}: gpt_args"
+    m, t, o, f, d = config.model, config.training, config.optimizer, config.fcp, config.data
+    positive = {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.ffn_hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.num_query_groups,
+        "vocab_size": m.vocab_size,
+        "seq_length": m.seq_length,
+        "rotary_base": m.rotary_base,
+        "train_iters": t.train_iters,
+        "global_batch_size": t.global_batch_size,
+        "context_parallel_size": t.context_parallel_size,
+        "micro_batch_size": t.micro_batch_size,
+        "log_interval": t.log_interval,
+    }
+    optional_positive = {
+        "kv_channels": m.kv_channels,
+        "fcp_max_degree": f.max_degree,
+        "fcp_max_tokens_per_rank": f.max_tokens_per_rank,
+        "fcp_ranks_per_node": f.ranks_per_node,
+    }
+    for key, value in {**positive, **optional_positive}.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{where}.{key} must be positive, got {value}")
+    for key, value in {"lr": o.lr, "norm_epsilon": m.norm_epsilon, "init_method_std": m.init_method_std}.items():
+        if value <= 0:
+            raise ConfigError(f"{where}.{key} must be positive, got {value}")
+    if t.micro_batch_size != 1:
+        raise ConfigError(
+            f"{where}.micro_batch_size must be 1 (each round packs its samples into one sequence per group), "
+            f"got {t.micro_batch_size}"
+        )
+    if m.num_attention_heads % m.num_query_groups:
+        raise ConfigError(
+            f"{where}.num_query_groups={m.num_query_groups} must divide num_attention_heads={m.num_attention_heads}"
+        )
+    if m.kv_channels is None and m.hidden_size % m.num_attention_heads:
+        raise ConfigError(
+            f"{where}.hidden_size={m.hidden_size} is not divisible by num_attention_heads={m.num_attention_heads}; "
+            "set kv_channels"
+        )
+    if m.head_dim % 2:
+        raise ConfigError(f"{where}: head dimension {m.head_dim} must be even for RoPE")
+    if (f.preset is None) == (f.profile_table is None):
+        raise ConfigError(f"{where}: set exactly one of fcp_preset and fcp_profile_table")
+    data_where = f"{config.source}: data"
+    if d.dataset not in DATASETS:
+        raise ConfigError(f"{data_where}.dataset must be one of {', '.join(DATASETS)}, got {d.dataset!r}")
+    if d.length_scale <= 0:
+        raise ConfigError(f"{data_where}.length_scale must be positive, got {d.length_scale}")
+    if d.min_length < 2:
+        raise ConfigError(f"{data_where}.min_length must be at least 2 (one input and one label), got {d.min_length}")
+    if d.min_length > m.seq_length:
+        raise ConfigError(f"{data_where}.min_length={d.min_length} exceeds gpt_args.seq_length={m.seq_length}")
+    if not 0.0 <= d.loss_free_prefix < 1.0:
+        raise ConfigError(f"{data_where}.loss_free_prefix must be in [0, 1), got {d.loss_free_prefix}")

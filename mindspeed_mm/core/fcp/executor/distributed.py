@@ -1,0 +1,64 @@
+"""Process-group and megatron-core start-up for `fcp train` (torchrun or a single plain process)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+_TIMEOUT = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where this process sits in the run."""
+
+    rank: int
+    """Global rank (= FCP rank: TP = PP = 1)."""
+    world_size: int
+    """Number of processes (= FCP ranks)."""
+    device: torch.device
+    """Device the model runs on."""
+    backend: str
+    """torch.distributed backend: gloo on CPU, nccl on CUDA, hccl on Ascend NPU."""
+
+
+def _accelerator(local_rank: int) -> tuple[torch.device, str]:
+    if importlib.util.find_spec("torch_npu") is not None:
+        import torch_npu  # noqa: F401  (registers the npu device)
+
+        if torch.npu.is_available():  # type: ignore[attr-defined]
+            torch.npu.set_device(local_rank)  # type: ignore[attr-defined]
+            return torch.device("npu", local_rank), "hccl"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def init_distributed(force_cpu: bool = False) -> DistributedContext:
+    """Joins the torchrun world (or makes a one-process world) and sets megatron-core's TP = PP = 1 state."""
+    from megatron.core import parallel_state
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device, backend = (torch.device("cpu"), "gloo") if force_cpu else _accelerator(local_rank)
+    if not dist.is_initialized():
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, timeout=_TIMEOUT)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device, backend=backend)
+
+
+def shutdown_distributed() -> None:
+    """Releases megatron-core's groups and the default process group."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,56 @@
+"""Which planner lays out each global batch: the FCP solver, or Megatron's static ring CP."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
+from mindspeed_mm.core.fcp.cost.table import ProfileTable
+from mindspeed_mm.core.fcp.executor.config import RunConfig
+from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch
+from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
+
+
+def build_cost_model(config: RunConfig) -> CostModel:
+    """The cost model named by `fcp_preset` or `fcp_profile_table`, restricted to the allowed algos."""
+    fcp = config.fcp
+    if not config.is_fcp:
+        algos: tuple[str, ...] = ("ring",)
+    elif fcp.attention_algo == "auto":
+        algos = ALGOS
+    else:
+        algos = (fcp.attention_algo,)
+    if fcp.preset is not None:
+        return CostModel.from_preset(fcp.preset, max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos)
+    return CostModel(ProfileTable.load(fcp.profile_table), max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos)
+
+
+@dataclass(frozen=True)
+class BatchPlanner:
+    """Plans one global batch from its sample lengths; deterministic, so every rank gets the same plan."""
+
+    cost: CostModel
+    """Time and memory model the plans are built and checked with."""
+    solver_config: SolverConfig
+    """Ranks, ranks per node and maximum degree."""
+    static_cp_degree: int | None
+    """None plans with FCP; otherwise Megatron's static ring CP of this degree (DP = N / degree)."""
+
+    @classmethod
+    def from_config(cls, config: RunConfig, num_ranks: int) -> "BatchPlanner":
+        """The planner of a run on `num_ranks` FCP ranks."""
+        config.validate_world(num_ranks)
+        cost = build_cost_model(config)
+        solver_config = SolverConfig(
+            num_ranks=num_ranks,
+            ranks_per_node=config.fcp.ranks_per_node or cost.ranks_per_node,
+            max_degree=config.fcp.max_degree,
+        )
+        static = None if config.is_fcp else config.training.context_parallel_size
+        return cls(cost=cost, solver_config=solver_config, static_cp_degree=static)
+
+    def plan(self, lengths: Sequence[int]) -> Plan:
+        """The plan of a global batch whose samples have these token lengths."""
+        if self.static_cp_degree is None:
+            return plan_batch(lengths, self.cost, self.solver_config)
+        return megatron_static_cp(lengths, self.cost, self.solver_config, cp_degree=self.static_cp_degree)

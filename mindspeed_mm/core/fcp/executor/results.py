@@ -1,0 +1,85 @@
+"""Step-by-step record of a training run, as written to `result.json`."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+RESULT_FILE = "result.json"
+"""Per-step record of a run, written by rank 0 into the output directory."""
+FINAL_STATE_FILE = "final_state.pt"
+"""Parameters after the last step ({name: tensor}), written by rank 0 into the output directory."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step as seen by all ranks together."""
+
+    iteration: int
+    """One-based step number."""
+    loss: float
+    """Sum of the token losses of the global batch / its loss tokens."""
+    sample_indices: list[int]
+    """Dataset indices of the global batch."""
+    lengths: list[int]
+    """Token length of each sample of the batch."""
+    tokens_trained: list[int]
+    """Tokens of each sample fed to the model, summed over all ranks' shards."""
+    loss_tokens_trained: list[int]
+    """Tokens of each sample whose loss was counted, summed over all ranks."""
+    groups_trained: list[int]
+    """Number of groups that trained each sample."""
+    plan_digest: str
+    """sha256 of the step's plan layout."""
+    round_degrees: list[list[int]]
+    """Degrees of the groups of each round."""
+    predicted_round_ms: list[float]
+    """Planner's predicted time of each round."""
+    measured_round_ms: list[float]
+    """Slowest rank's forward + backward time in each round."""
+    timings_ms: dict[str, float]
+    """Mean over ranks of plan wait, plan check, forward/backward, gradient sync, optimizer and whole step."""
+
+
+@dataclass
+class TrainResult:
+    """What a run did, step by step."""
+
+    context_parallel_algo: str
+    """`fcp_cp_algo`, `megatron_cp_algo`, or `reference` for the single-process reference."""
+    world_size: int
+    """Number of ranks."""
+    async_planning: bool
+    """Whether plans were computed one step ahead in a background thread."""
+    steps: list[StepRecord] = field(default_factory=list)
+    """One record per step."""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def mean_timings_ms(self, skip_first: int = 1) -> dict[str, float]:
+        """Mean step-time split over the steps after the first `skip_first` (warm-up)."""
+        steps = self.steps[skip_first:] or self.steps
+        return {k: float(np.mean([s.timings_ms[k] for s in steps])) for k in steps[0].timings_ms}
+
+
+def load_result(output_dir: Path) -> dict[str, Any]:
+    """The JSON written by `save_result`."""
+    return json.loads((output_dir / RESULT_FILE).read_text(encoding="utf-8"))
+
+
+def save_result(result: TrainResult, params: dict[str, torch.Tensor], output_dir: Path) -> None:
+    """Writes `result.json` and `final_state.pt` into `output_dir`."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / RESULT_FILE).write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
+    torch.save(params, output_dir / FINAL_STATE_FILE)
+
+
+def final_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of every parameter."""
+    return {name: p.detach().to("cpu").clone() for name, p in model.named_parameters()}

@@ -1,0 +1,82 @@
+"""One rank's input for one round: its zigzag shard of the group's packed batch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.executor.dataset import Sample
+from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_shard
+
+
+@dataclass(frozen=True)
+class ShardBatch:
+    """Model inputs of one rank in one round (all tensors hold this rank's shard tokens only)."""
+
+    tokens: torch.Tensor
+    """`[1, t]` int64 input ids."""
+    labels: torch.Tensor
+    """`[1, t]` int64 next-token targets."""
+    loss_mask: torch.Tensor
+    """`[t]` float32, 1 where the token's loss counts."""
+    position_ids: torch.Tensor
+    """`[1, t]` int64 position of each token inside its own document."""
+    sample_ids: torch.Tensor
+    """`[t]` int64 dataset index of the sample each token belongs to (for token accounting)."""
+    packed_seq_params: FCPPackedSeqParams
+    """Group, algorithm and packed layout handed to the attention layers."""
+
+    def to(self, device: torch.device) -> "ShardBatch":
+        """The same batch with the model inputs on `device` (sample ids stay on the CPU)."""
+        params = self.packed_seq_params
+        return ShardBatch(
+            tokens=self.tokens.to(device),
+            labels=self.labels.to(device),
+            loss_mask=self.loss_mask.to(device),
+            position_ids=self.position_ids.to(device),
+            sample_ids=self.sample_ids,
+            packed_seq_params=FCPPackedSeqParams(
+                cu_seqlens=params.cu_seqlens.to(device),
+                position_ids=params.position_ids.to(device),
+                group=params.group,
+                degree=params.degree,
+                algo=params.algo,
+            ),
+        )
+
+
+def build_shard_batch(
+    samples: Sequence[Sample],
+    *,
+    rank_in_group: int,
+    degree: int,
+    group: dist.ProcessGroup | None,
+    algo: str,
+) -> ShardBatch:
+    """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard."""
+    if not samples:
+        raise ValueError("a group must hold at least one sample")
+    if not 0 <= rank_in_group < degree:
+        raise ValueError(f"rank_in_group {rank_in_group} is outside a group of degree {degree}")
+    lengths = torch.tensor([s.length for s in samples], dtype=torch.int64)
+    cu_seqlens = torch.zeros(len(samples) + 1, dtype=torch.int64)
+    torch.cumsum(lengths, dim=0, out=cu_seqlens[1:])
+    sample_ids = torch.repeat_interleave(torch.tensor([s.index for s in samples], dtype=torch.int64), lengths)
+
+    def shard(x: torch.Tensor) -> torch.Tensor:
+        return zigzag_shard(x, cu_seqlens, rank_in_group, degree)
+
+    positions = zigzag_positions(cu_seqlens, rank_in_group, degree)
+    return ShardBatch(
+        tokens=shard(torch.cat([s.tokens for s in samples])).unsqueeze(0),
+        labels=shard(torch.cat([s.labels for s in samples])).unsqueeze(0),
+        loss_mask=shard(torch.cat([s.loss_mask for s in samples])),
+        position_ids=positions.unsqueeze(0),
+        sample_ids=shard(sample_ids),
+        packed_seq_params=FCPPackedSeqParams(
+            cu_seqlens=cu_seqlens, position_ids=positions, group=group, degree=degree, algo=algo
+        ),
+    )

@@ -1,0 +1,149 @@
+"""Round runner: one step's forward/backward passes on this rank, following the plan."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+import torch.distributed as dist
+from megatron.core.models.gpt.gpt_model import GPTModel
+
+from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.solver import Plan
+
+
+class GroupProvider(Protocol):
+    """Gives the process group of a set of ranks (e.g. a `CommGroupPool`)."""
+
+    def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
+        """The process group of exactly `ranks`."""
+        ...
+
+
+def synchronize(device: torch.device) -> None:
+    """Waits for queued device work so that wall-clock timers measure it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":
+        torch.npu.synchronize(device)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What this rank ran in one round."""
+
+    round_index: int
+    """Zero-based round of the step."""
+    ranks: tuple[int, ...]
+    """Ranks of this rank's group."""
+    algo: str
+    """Attention algorithm of the group ("local" when the group is this rank alone)."""
+    sample_indices: tuple[int, ...]
+    """Dataset indices the group trained."""
+    shard_tokens: int
+    """Tokens of the group's packed batch held by this rank."""
+    predicted_ms: float
+    """Planner's predicted time of the group."""
+    forward_backward_ms: float
+    """Measured forward + backward wall time of this rank in the round."""
+
+
+@dataclass
+class StepAccounting:
+    """Per-sample counts of one rank's step, indexed by position in the global batch."""
+
+    tokens: torch.Tensor
+    """`[global_batch]` float64 tokens fed to the model, counted from the shards actually built."""
+    loss_tokens: torch.Tensor
+    """`[global_batch]` float64 tokens whose loss was counted."""
+    groups: torch.Tensor
+    """`[global_batch]` float64 number of groups that trained the sample (counted on each group's first rank)."""
+
+
+@dataclass
+class StepOutput:
+    """This rank's share of one step."""
+
+    loss_sum: torch.Tensor
+    """float64 sum of the token losses this rank computed (not normalised)."""
+    accounting: StepAccounting
+    """Token accounting of the step on this rank."""
+    rounds: list[RoundRecord] = field(default_factory=list)
+    """One record per round."""
+
+    @property
+    def forward_backward_ms(self) -> float:
+        """Forward + backward time of all rounds."""
+        return sum(r.forward_backward_ms for r in self.rounds)
+
+
+class RoundRunner:
+    """Runs every round of a plan on one rank and accumulates the gradients of the global batch."""
+
+    def __init__(
+        self, model: GPTModel, sampler: PlanAwareSampler, groups: GroupProvider, rank: int, device: torch.device
+    ) -> None:
+        self.model = model
+        self.sampler = sampler
+        self.groups = groups
+        self.rank = rank
+        self.device = device
+
+    def run_step(self, plan: Plan, step: int) -> StepOutput:
+        """Forward and backward of all rounds; gradients are scaled by the step's total loss tokens."""
+        batch = self.sampler.batch_indices(step)
+        normaliser = self.sampler.batch_loss_tokens(step)
+        size = len(batch)
+        accounting = StepAccounting(
+            tokens=torch.zeros(size, dtype=torch.float64),
+            loss_tokens=torch.zeros(size, dtype=torch.float64),
+            groups=torch.zeros(size, dtype=torch.float64),
+        )
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        records = []
+        for rank_round in self.sampler.rank_rounds(plan, step, self.rank):
+            group = rank_round.group
+            started = time.perf_counter()
+            process_group = self.groups.get(group.ranks) if group.degree > 1 else None
+            shard = build_shard_batch(
+                self.sampler.load(rank_round),
+                rank_in_group=rank_round.rank_in_group,
+                degree=group.degree,
+                group=process_group,
+                algo=group.algo,
+            ).to(self.device)
+            token_losses = self.model(
+                shard.tokens,
+                shard.position_ids,
+                None,
+                labels=shard.labels,
+                packed_seq_params=shard.packed_seq_params,
+            )
+            round_loss = (token_losses.reshape(-1) * shard.loss_mask).sum()
+            (round_loss / normaliser).backward()
+            synchronize(self.device)
+            elapsed_ms = (time.perf_counter() - started) * 1e3
+
+            loss_sum += round_loss.detach().to("cpu", torch.float64)
+            mask = shard.loss_mask.detach().to("cpu", torch.float64)
+            for sample_index in rank_round.sample_indices:
+                on_sample = shard.sample_ids == sample_index
+                position = sample_index - batch.start
+                accounting.tokens[position] += float(on_sample.sum())
+                accounting.loss_tokens[position] += float(mask[on_sample].sum())
+                if rank_round.rank_in_group == 0:
+                    accounting.groups[position] += 1.0
+            records.append(
+                RoundRecord(
+                    round_index=rank_round.round_index,
+                    ranks=group.ranks,
+                    algo=group.algo if group.degree > 1 else "local",
+                    sample_indices=rank_round.sample_indices,
+                    shard_tokens=int(shard.sample_ids.numel()),
+                    predicted_ms=group.predicted_ms,
+                    forward_backward_ms=elapsed_ms,
+                )
+            )
+        return StepOutput(loss_sum=loss_sum, accounting=accounting, rounds=records)

@@ -1,0 +1,84 @@
+"""Plan-aware sampler: which samples each rank loads in each round of a step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.executor.dataset import Sample, SyntheticDataset
+from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan
+
+
+@dataclass(frozen=True)
+class RankRound:
+    """What one rank does in one round."""
+
+    round_index: int
+    """Zero-based round of the step."""
+    group: GroupPlan
+    """The rank's group in this round."""
+    rank_in_group: int
+    """This rank's index inside `group.ranks`."""
+    sample_indices: tuple[int, ...]
+    """Dataset indices of the group's samples, in packing order."""
+
+
+class PlanAwareSampler:
+    """Global batches of consecutive samples; a plan maps each rank to its group's samples per round.
+
+    Step `s` (zero-based) trains dataset samples `s * global_batch_size ...` and the planner sees only
+    their lengths; a rank then loads just the samples of its groups.
+    """
+
+    def __init__(self, dataset: SyntheticDataset, global_batch_size: int, num_steps: int) -> None:
+        if global_batch_size <= 0 or num_steps <= 0:
+            raise ValueError(f"global_batch_size and num_steps must be positive, got {global_batch_size}, {num_steps}")
+        if len(dataset) < global_batch_size * num_steps:
+            raise ValueError(
+                f"dataset holds {len(dataset)} samples, fewer than {num_steps} steps x {global_batch_size} per batch"
+            )
+        self.dataset = dataset
+        self.global_batch_size = global_batch_size
+        self.num_steps = num_steps
+
+    def batch_indices(self, step: int) -> range:
+        """Dataset indices of step `step`'s global batch."""
+        if not 0 <= step < self.num_steps:
+            raise ValueError(f"step {step} is outside 0..{self.num_steps - 1}")
+        start = step * self.global_batch_size
+        return range(start, start + self.global_batch_size)
+
+    def batch_lengths(self, step: int) -> np.ndarray:
+        """Token lengths of the global batch (metadata only, nothing is loaded)."""
+        indices = self.batch_indices(step)
+        return self.dataset.lengths[indices.start : indices.stop]
+
+    def batch_loss_tokens(self, step: int) -> int:
+        """Tokens of the global batch that count in the loss: the loss normaliser of the step."""
+        indices = self.batch_indices(step)
+        return int(self.dataset.loss_tokens[indices.start : indices.stop].sum())
+
+    def rank_rounds(self, plan: Plan, step: int, rank: int) -> list[RankRound]:
+        """The group and samples of `rank` in every round of `plan` (the plan of step `step`)."""
+        indices = self.batch_indices(step)
+        rounds = []
+        for round_index, group in enumerate(plan.groups_of_rank(rank)):
+            for position in group.samples:
+                if not 0 <= position < len(indices):
+                    raise InvalidPlanError(
+                        f"step {step + 1}, round {round_index}: sample {position} is outside the global batch "
+                        f"of {len(indices)}"
+                    )
+            rounds.append(
+                RankRound(
+                    round_index=round_index,
+                    group=group,
+                    rank_in_group=group.ranks.index(rank),
+                    sample_indices=tuple(indices[p] for p in group.samples),
+                )
+            )
+        return rounds
+
+    def load(self, rank_round: RankRound) -> list[Sample]:
+        """The samples of a rank's round, loaded now."""
+        return [self.dataset[i] for i in rank_round.sample_indices]

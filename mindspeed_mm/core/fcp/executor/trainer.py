@@ -1,0 +1,214 @@
+"""`fcp train`: trains the tiny Qwen3-style model with FCP (or Megatron's static ring CP) on every rank.
+
+Per step: get the plan (planned in the background during the previous step), check that all ranks
+hold the same executable plan, run the rounds, all-reduce the gradients once over all FCP ranks,
+take the optimizer step, and log in Megatron's format.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.executor.config import RunConfig
+from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset, build_dataset
+from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
+from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
+from mindspeed_mm.core.fcp.executor.log_format import iteration_line, memory_line, plan_summary_line
+from mindspeed_mm.core.fcp.executor.memory import MemoryTracker
+from mindspeed_mm.core.fcp.executor.model import build_gpt_model
+from mindspeed_mm.core.fcp.executor.optimizer import build_optimizer
+from mindspeed_mm.core.fcp.executor.plan_check import check_plan_agreement, check_plan_executable
+from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
+from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
+from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.parallel import CommGroupPool
+from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
+
+logger = logging.getLogger(__name__)
+
+_TIMING_KEYS = ("plan_wait_ms", "plan_check_ms", "forward_backward_ms", "grad_sync_ms", "optimizer_ms", "step_ms")
+
+
+class TokenAccountingError(RuntimeError):
+    """A step did not train every sample of its global batch exactly once."""
+
+
+def check_samples_fit(dataset: SyntheticDataset, planner: BatchPlanner) -> None:
+    """Raises `InfeasibleSampleError` for the first sample that no allowed group can hold."""
+    max_degree = planner.static_cp_degree or planner.solver_config.degree_limit
+    capacity = planner.cost.capacity_tokens
+    too_long = np.flatnonzero(dataset.lengths > max_degree * capacity)
+    if too_long.size:
+        index = int(too_long[0])
+        raise InfeasibleSampleError(index, int(dataset.lengths[index]), capacity, max_degree)
+
+
+def _check_accounting(iteration: int, indices: range, lengths: np.ndarray, loss_tokens: np.ndarray,
+                      tokens: np.ndarray, trained_loss_tokens: np.ndarray, groups: np.ndarray) -> None:
+    for position, index in enumerate(indices):
+        if groups[position] != 1 or tokens[position] != lengths[position] or (
+            trained_loss_tokens[position] != loss_tokens[position]
+        ):
+            raise TokenAccountingError(
+                f"step {iteration}: sample {index} ({int(lengths[position])} tokens, {int(loss_tokens[position])} "
+                f"with loss) was trained by {int(groups[position])} groups with {int(tokens[position])} tokens "
+                f"and {int(trained_loss_tokens[position])} loss tokens"
+            )
+
+
+class Trainer:
+    """Builds everything a rank needs and runs the training loop."""
+
+    def __init__(self, config: RunConfig, context: DistributedContext) -> None:
+        self.config = config
+        self.context = context
+        self.planner = BatchPlanner.from_config(config, context.world_size)
+        self.dataset = build_dataset(config)
+        check_samples_fit(self.dataset, self.planner)
+        self.sampler = PlanAwareSampler(self.dataset, config.training.global_batch_size, config.training.train_iters)
+        self.model = build_gpt_model(config.model, config.training.seed).to(context.device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, config.optimizer)
+        self.pool = CommGroupPool()
+        if config.fcp.group_pool == "prewarm":
+            limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
+            self.pool.prewarm(_contiguous_groups(context.world_size, limit))
+        self.runner = RoundRunner(self.model, self.sampler, self.pool, context.rank, context.device)
+        self.memory = MemoryTracker(self.model, self.optimizer, context.device)
+
+    def _plan_step(self, step: int) -> Plan:
+        return self.planner.plan(self.sampler.batch_lengths(step))
+
+    def train(self, progress: bool = False) -> TrainResult:
+        """Runs all steps; every rank returns the same records."""
+        t = self.config.training
+        result = TrainResult(
+            context_parallel_algo=t.context_parallel_algo,
+            world_size=self.context.world_size,
+            async_planning=self.config.fcp.async_planning,
+        )
+        bar = tqdm(total=t.train_iters, desc="fcp train", unit="step", disable=not progress or self.context.rank != 0)
+        self.model.train()
+        with AsyncPlanner(self._plan_step, t.train_iters, look_ahead=self.config.fcp.async_planning) as planner:
+            for step in range(t.train_iters):
+                record = self._train_step(step, planner)
+                result.steps.append(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record.loss:.4f}")
+        bar.close()
+        return result
+
+    def _train_step(self, step: int, planner: AsyncPlanner) -> StepRecord:
+        step_started = time.perf_counter()
+        planned = planner.get(step)
+        plan = planned.plan
+
+        checked = time.perf_counter()
+        check_plan_agreement(plan, step)
+        check_plan_executable(plan, step, self.context.world_size, self.sampler.batch_lengths(step), self.planner.cost)
+        plan_check_ms = (time.perf_counter() - checked) * 1e3
+
+        output = self.runner.run_step(plan, step)
+
+        synced = time.perf_counter()
+        allreduce_gradients(self.params)
+        synchronize(self.context.device)
+        grad_sync_ms = (time.perf_counter() - synced) * 1e3
+
+        stepped = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        synchronize(self.context.device)
+        optimizer_ms = (time.perf_counter() - stepped) * 1e3
+        step_ms = (time.perf_counter() - step_started) * 1e3
+
+        timings = {
+            "plan_wait_ms": planned.wait_ms,
+            "plan_check_ms": plan_check_ms,
+            "forward_backward_ms": output.forward_backward_ms,
+            "grad_sync_ms": grad_sync_ms,
+            "optimizer_ms": optimizer_ms,
+            "step_ms": step_ms,
+        }
+        record = self._summarise(step, plan, output, timings)
+        self._log(record, plan)
+        return record
+
+    def _summarise(self, step: int, plan: Plan, output: StepOutput, timings: dict[str, float]) -> StepRecord:
+        """Reduces this rank's loss, accounting and timings over all ranks (bookkeeping, outside the timings)."""
+        acc = output.accounting
+        size = acc.tokens.numel()
+        summed = torch.cat(
+            [
+                output.loss_sum.reshape(1),
+                acc.tokens,
+                acc.loss_tokens,
+                acc.groups,
+                torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
+            ]
+        )
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        round_ms = torch.tensor([r.forward_backward_ms for r in output.rounds], dtype=torch.float64)
+        dist.all_reduce(round_ms, op=dist.ReduceOp.MAX)
+
+        indices = self.sampler.batch_indices(step)
+        lengths = self.sampler.batch_lengths(step)
+        loss_tokens = self.dataset.loss_tokens[indices.start : indices.stop]
+        tokens = summed[1 : 1 + size].numpy().round().astype(np.int64)
+        trained_loss_tokens = summed[1 + size : 1 + 2 * size].numpy().round().astype(np.int64)
+        groups = summed[1 + 2 * size : 1 + 3 * size].numpy().round().astype(np.int64)
+        _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups)
+        mean_timings = summed[1 + 3 * size :] / self.context.world_size
+        return StepRecord(
+            iteration=step + 1,
+            loss=float(summed[0]) / self.sampler.batch_loss_tokens(step),
+            sample_indices=list(indices),
+            lengths=[int(x) for x in lengths],
+            tokens_trained=tokens.tolist(),
+            loss_tokens_trained=trained_loss_tokens.tolist(),
+            groups_trained=groups.tolist(),
+            plan_digest=plan.digest(),
+            round_degrees=[[g.degree for g in r.groups] for r in plan.rounds],
+            predicted_round_ms=[r.predicted_ms for r in plan.rounds],
+            measured_round_ms=round_ms.tolist(),
+            timings_ms={k: float(v) for k, v in zip(_TIMING_KEYS, mean_timings.tolist())},
+        )
+
+    def _log(self, record: StepRecord, plan: Plan) -> None:
+        t = self.config.training
+        iteration = record.iteration
+        if self.context.rank == 0 and self.config.fcp.log_plan:
+            logger.info(plan_summary_line(iteration, plan, record.measured_round_ms))
+        if self.context.rank == 0 and (iteration % t.log_interval == 0 or iteration == t.train_iters):
+            logger.info(
+                iteration_line(
+                    iteration=iteration,
+                    train_iters=t.train_iters,
+                    consumed_samples=iteration * t.global_batch_size,
+                    elapsed_ms=record.timings_ms["step_ms"],
+                    learning_rate=self.config.optimizer.lr,
+                    global_batch_size=t.global_batch_size,
+                    loss=record.loss,
+                    plan_wait_ms=record.timings_ms["plan_wait_ms"],
+                    forward_backward_ms=record.timings_ms["forward_backward_ms"],
+                    grad_sync_ms=record.timings_ms["grad_sync_ms"],
+                )
+            )
+        if iteration in (1, t.train_iters):
+            logger.info(memory_line(self.context.rank, iteration, self.memory.read()))
+
+
+def _contiguous_groups(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
+    """Every contiguous rank range of 2..max_degree ranks: the groups a plan can use."""
+    return [
+        tuple(range(first, first + degree))
+        for degree in range(2, max_degree + 1)
+        for first in range(0, num_ranks - degree + 1)
+    ]
