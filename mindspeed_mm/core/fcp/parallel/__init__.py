@@ -1,6 +1,7 @@
 """Distributed attention for FCP groups: zigzag sharding, ring / Ulysses attention, kernels, group pool."""
 from mindspeed_mm.core.fcp.parallel.attention import ATTENTION_ALGOS, fcp_attention
 from mindspeed_mm.core.fcp.parallel.comm import CommStats
+from mindspeed_mm.core.fcp.parallel.group_pool import CommGroupPool, CommGroupPoolFullError
 from mindspeed_mm.core.fcp.parallel.zigzag import (
     RankShard,
     ZigzagLayout,
@@ -12,6 +13,8 @@ from mindspeed_mm.core.fcp.parallel.zigzag import (
 
 __all__ = [
     "ATTENTION_ALGOS",
+    "CommGroupPool",
+    "CommGroupPoolFullError",
     "CommStats",
     "RankShard",
     "ZigzagLayout",
