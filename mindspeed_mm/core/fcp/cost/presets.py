@@ -1,0 +1,507 @@
+"""Analytic profile tables built from public hardware and model figures, for planning without a device.
+
+Every figure names its origin with a source key of the project's preset notes (`[gk]`, `[LLS]`,
+...; the keys are expanded in each table's `provenance.sources`). `[inferred]` marks a value
+derived here rather than stated by a source; `[estimate]` marks an engineering guess that only
+a measured table (`fcp profile`) can replace. Units: bytes, bytes/s (1 GB/s = 1e9 B/s), TFLOP/s,
+milliseconds. Memory sizes given in GB by the sources are taken as 1e9 bytes (conservative: HBM
+stacks are binary-sized).
+
+Achieved-efficiency factors (fraction of peak really reached), per hardware:
+- `linear_efficiency`: projections / MLP GEMMs of these 1.5B-8B models. Large GEMMs reach
+  0.89 of peak on 910B2 [b2mm]; end-to-end LLM training reaches 0.34 (910B, [idx]) to 0.41-0.48
+  MFU (H100, [meg]) including attention, communication and optimizer. 0.6 sits between the
+  kernel and the end-to-end figure [inferred].
+- `attention_efficiency`: fused attention kernels reach 0.35 (FA2) to 0.75 (FA3) on H100 [fa3];
+  0.5 on NVIDIA, 0.45 on Ascend (no public figure for npu_fusion_attention) [estimate]. It
+  falls for short documents as s / (s + `attention_half_tokens`) [estimate].
+- `p2p_efficiency` / `a2a_efficiency`: NCCL ring busbw on H100 NVLink is 0.80-0.82 of the
+  one-direction link [nccl212], [nccl1455]; DeepEP-Ascend all-to-all at EP8 on A3 is about 0.74
+  of 196 GB/s [sglnpu]; DeepEP inter-node reaches 0.86-1.0 of 50 GB/s [deepep].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
+from mindspeed_mm.core.fcp.cost.table import (
+    RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, MemoryFigures, ModelShape, ProfileTable, TimeFigures,
+    VisionShape,
+)
+
+SHARDING_MODES = ("none", "distributed_optimizer", "fsdp")
+
+SOURCES = {
+    "MM8": "Ascend/MindSpeed-MM examples/mindspore/qwen3vl/model_8B.json (commit 57069cd5)",
+    "MMy": "Ascend/MindSpeed-MM examples/qwen3vl/qwen3vl_full_sft_8B.yaml",
+    "MMIV": "Ascend/MindSpeed-MM examples/internvl3/model_8B.json (release 2.3.0)",
+    "Q2": "official Qwen3-VL-2B config.json",
+    "Q4": "official Qwen3-VL-4B config.json (unsloth/Qwen3-VL-4B-Instruct copy)",
+    "Q8hf": "Qwen3-VL-8B derivative config.json (tie_word_embeddings false)",
+    "IVdoc": "InternVL3 introduction (InternVL3-2B = InternViT-300M + Qwen2.5-1.5B; 8B = + Qwen2.5-7B)",
+    "Q15": "Qwen2.5-1.5B-Instruct config.json",
+    "LLS": "JiusiServe/light-llm-simulator conf/hardware_config.py",
+    "verl": "volcengine/verl verl/utils/flops_counter.py (_DEVICE_FLOPS)",
+    "popo": "popomen.github.io 2023-10-16 Ascend 910B notes",
+    "meemx": "meemx.com HCCL contest log",
+    "hiasc-fm": "hiascend.com PyTorch 60RC1 performance tuning: 8p HCCS full mesh",
+    "CM384": "arXiv 2506.12708, Serving LLMs on Huawei CloudMatrix384",
+    "crc": "chinaresearchcollective.substack.com, Huawei Ascend CloudMatrix 384 supernode",
+    "hia3": "hiascend.com MindCluster scheduling guide, A3 affinity pages dl_affinity_0007/0040",
+    "sglnpu": "sgl-project/sgl-kernel-npu README (DeepEP-Ascend on A3 SuperPoD)",
+    "b2mm": "github.com/zzc0721/torch-performance-test-data/issues/109 (910B2 GEMM)",
+    "idx": "github.com/bilibili/Index-1.9B/issues/2 (910B pretraining throughput)",
+    "gk": "glennklockwood.com/garden/processors/h100",
+    "mlc-h200": "mlcommons inference_results_v4.1 H200-SXM-141GBx8 system description",
+    "hwds": "devidasmishra/ai-inference-hardware-economics-2026 (H200 4.8 TB/s)",
+    "nccl212": "github.com/NVIDIA/nccl-tests/issues/212",
+    "nccl1455": "github.com/NVIDIA/nccl/issues/1455",
+    "deepep": "deepseek-ai/DeepEP README and docs/legacy.md",
+    "fa3": "PyTorch blog 2024-07-11 FlashAttention-3",
+    "meg": "NVIDIA/Megatron-LM README (MFU figures)",
+    "megmem": "NVIDIA/Megatron-LM theoretical_memory_usage.py and dist_optimizer.md",
+    "kor": "Korthikanti et al., arXiv 2205.05198, Tables 1-2",
+    "zero": "Rajbhandari et al., arXiv 1910.02054 (ZeRO)",
+    "workloads": "project workload notes: Qwen3-VL video token rule (720 tokens per second at 720p)",
+}
+
+
+@dataclass(frozen=True)
+class HardwarePreset:
+    """Public figures of one accelerator and its cluster links, per rank."""
+
+    description: str
+    """What the preset models."""
+    device: str
+    """Device kind: npu, cuda or cpu."""
+    ranks_per_node: int
+    """Ranks on one node's fast fabric."""
+    memory_bytes: int
+    """Device memory per rank."""
+    usable_memory_fraction: float
+    """Share of memory left to tensors after runtime reservation and allocator slack."""
+    peak_tflops: dict[str, float]
+    """Dense peak per supported dtype (the first key is the default dtype)."""
+    memory_bytes_per_s: float
+    """Device-memory bandwidth."""
+    p2p_intra_bytes_per_s: float
+    """One-direction bandwidth between two ranks of a node."""
+    a2a_intra_bytes_per_s: float
+    """One-direction bandwidth a rank can spread over all its node peers at once."""
+    inter_node_bytes_per_s: float
+    """One-direction network bandwidth per rank between nodes."""
+    p2p_efficiency: float
+    """Achieved fraction of the link for point-to-point messages."""
+    a2a_efficiency: float
+    """Achieved fraction of the links for all-to-all."""
+    inter_efficiency: float
+    """Achieved fraction of the network link."""
+    p2p_latency_ms: float
+    """Latency of one point-to-point message inside a node."""
+    a2a_latency_ms: float
+    """Latency of one all-to-all inside a node."""
+    inter_latency_ms: float
+    """Latency of one message / all-to-all across nodes."""
+    linear_efficiency: float
+    """Achieved fraction of peak for the GEMMs."""
+    attention_efficiency: float
+    """Achieved fraction of peak of the attention kernel on long documents."""
+    attention_half_tokens: float
+    """Document length at which the attention kernel reaches half its long-document efficiency."""
+    attention_call_ms: float
+    """Fixed cost of one attention forward + backward kernel pair."""
+    launch_ms_per_layer: float
+    """Unhidden host / launch cost per layer and round (forward + backward)."""
+    runtime_bytes: float
+    """Memory taken by the runtime and communication buffers."""
+    sources: str
+    """Source keys behind the figures above, in order."""
+
+
+_GB = 1e9
+
+HARDWARE: dict[str, HardwarePreset] = {
+    "a3": HardwarePreset(
+        description="Atlas 800T A3: 8 Ascend 910C packages = 16 dies per node, one rank per die",
+        device="npu",
+        # 16 dies per node, each its own device and HCCL rank [hia3]; the design's "8 devices"
+        # counts 910C packages, but the framework (and the planner) sees dies.
+        ranks_per_node=16,
+        memory_bytes=int(64 * _GB),            # 128 GB per package / 2 dies [CM384][inferred], [LLS]
+        usable_memory_fraction=0.9,            # [estimate]
+        peak_tflops={"bf16": 376.0, "fp16": 376.0},   # per die [CM384]
+        memory_bytes_per_s=1.6e12,             # 3.2 TB/s per package / 2 [CM384][inferred], [LLS]
+        p2p_intra_bytes_per_s=196 * _GB,       # 7 x 224 Gbps UB per die, one direction [hia3][crc][inferred]
+        a2a_intra_bytes_per_s=196 * _GB,       # same fabric, switched [hia3]
+        inter_node_bytes_per_s=25 * _GB,       # 200 Gbps RDMA per die [hia3]; a SuperPoD's UB is faster
+        p2p_efficiency=0.8,                    # NCCL-class ring efficiency [nccl212][inferred for HCCL]
+        a2a_efficiency=0.74,                   # DeepEP-Ascend EP8 [sglnpu][inferred]
+        inter_efficiency=0.86,                 # [deepep]
+        p2p_latency_ms=0.02, a2a_latency_ms=0.04, inter_latency_ms=0.03,   # [estimate]
+        linear_efficiency=0.6,                 # see module docstring [b2mm][idx][inferred]
+        attention_efficiency=0.45,             # [estimate]
+        attention_half_tokens=512.0,           # [estimate]
+        attention_call_ms=0.03,                # two kernels of ~15 us [estimate]
+        launch_ms_per_layer=0.1,               # [estimate]
+        runtime_bytes=2 * 2**30,               # CANN runtime + HCCL buffers [estimate]
+        sources="hia3, CM384, LLS, crc, sglnpu, deepep, nccl212, b2mm, idx",
+    ),
+    "910b": HardwarePreset(
+        description="Atlas 800T A2: 8 Ascend 910B2 per node, HCCS full mesh, 200GE RoCE per NPU",
+        device="npu",
+        ranks_per_node=8,                      # [hiasc-fm]
+        memory_bytes=int(64 * _GB),            # [LLS]
+        usable_memory_fraction=0.9,            # [estimate]
+        # 24 AI cores x 1.8 GHz x 16^3 x 2 = 353.9 TFLOP/s [LLS]; verl uses 354 [verl]
+        peak_tflops={"bf16": 353.9, "fp16": 353.9},
+        memory_bytes_per_s=1.6e12,             # [LLS]
+        # 7 HCCS links, 392 GB/s aggregate read as both directions (the simulator uses 196 per NPU)
+        # -> 196 GB/s one direction over 7 peers -> 28 GB/s per peer pair [popo][LLS][inferred]
+        p2p_intra_bytes_per_s=28 * _GB,
+        a2a_intra_bytes_per_s=196 * _GB,       # all 7 links at once [popo][LLS][inferred]
+        inter_node_bytes_per_s=25 * _GB,       # 1 x 200GE RoCE per NPU [popo][meemx]
+        p2p_efficiency=0.8, a2a_efficiency=0.7, inter_efficiency=0.86,   # [nccl212][sglnpu][deepep][inferred]
+        p2p_latency_ms=0.02, a2a_latency_ms=0.04, inter_latency_ms=0.03,   # [estimate]
+        linear_efficiency=0.6, attention_efficiency=0.45, attention_half_tokens=512.0,
+        attention_call_ms=0.03, launch_ms_per_layer=0.1,
+        runtime_bytes=2 * 2**30,
+        sources="LLS, verl, popo, meemx, hiasc-fm, b2mm, idx",
+    ),
+    "h100": HardwarePreset(
+        description="HGX H100 SXM5: 8 GPUs per node, NVLink4, 400 Gb/s InfiniBand per GPU",
+        device="cuda",
+        ranks_per_node=8,                      # [gk]
+        memory_bytes=int(80 * _GB),            # [gk]
+        usable_memory_fraction=0.9,            # [estimate]
+        peak_tflops={"bf16": 989.4, "fp16": 989.4},   # dense [gk]
+        memory_bytes_per_s=3.35e12,            # [gk]
+        p2p_intra_bytes_per_s=450 * _GB,       # 900 GB/s both directions [gk]
+        a2a_intra_bytes_per_s=450 * _GB,       # NVSwitch: full bandwidth to any peer [gk]
+        inter_node_bytes_per_s=50 * _GB,       # 1 x CX7 400 Gb/s per GPU [gk][deepep]
+        p2p_efficiency=0.81,                   # 365-370 of 450 GB/s [nccl212][nccl1455]
+        a2a_efficiency=0.8,                    # [nccl212][inferred]
+        inter_efficiency=0.86,                 # [deepep]
+        p2p_latency_ms=0.01, a2a_latency_ms=0.02, inter_latency_ms=0.02,   # [estimate]
+        linear_efficiency=0.6,                 # [meg][inferred]
+        attention_efficiency=0.5,              # between FA2 0.35 and FA3 0.75 [fa3][estimate]
+        attention_half_tokens=512.0,
+        attention_call_ms=0.01,
+        launch_ms_per_layer=0.05,
+        runtime_bytes=1.5 * 2**30,             # CUDA context + NCCL buffers [estimate]
+        sources="gk, nccl212, nccl1455, deepep, meg, fa3",
+    ),
+    "h200": HardwarePreset(
+        description="HGX H200 SXM: 8 GPUs per node, NVLink4, 400 Gb/s class InfiniBand per GPU",
+        device="cuda",
+        ranks_per_node=8,                      # [mlc-h200]
+        memory_bytes=int(141 * _GB),           # [mlc-h200]
+        usable_memory_fraction=0.9,
+        peak_tflops={"bf16": 989.0, "fp16": 989.0},   # same GH100 compute [mlc-h200][verl]
+        memory_bytes_per_s=4.8e12,             # [hwds]
+        p2p_intra_bytes_per_s=450 * _GB,       # 18 x NVLink4, 900 GB/s both directions [mlc-h200]
+        a2a_intra_bytes_per_s=450 * _GB,
+        inter_node_bytes_per_s=50 * _GB,       # 400 Gb/s class [mlc-h200]
+        p2p_efficiency=0.81, a2a_efficiency=0.8, inter_efficiency=0.86,
+        p2p_latency_ms=0.01, a2a_latency_ms=0.02, inter_latency_ms=0.02,
+        linear_efficiency=0.6, attention_efficiency=0.5, attention_half_tokens=512.0,
+        attention_call_ms=0.01, launch_ms_per_layer=0.05,
+        runtime_bytes=1.5 * 2**30,
+        sources="mlc-h200, hwds, verl, nccl212, deepep, fa3",
+    ),
+    "cpu": HardwarePreset(
+        description="This development machine: 2 AMD EPYC cores (AVX2 + FMA), gloo over loopback; "
+                    "rough figures until `fcp profile` measures them",
+        device="cpu",
+        ranks_per_node=8,                      # all test ranks share one host
+        memory_bytes=int(2 * _GB),             # 24 GB host shared by up to 8 ranks and the OS [estimate]
+        usable_memory_fraction=0.9,
+        # 2 cores x 2.6 GHz x 2 FMA pipes x 8 fp32 lanes x 2 = 0.166 TFLOP/s [inferred from lscpu]
+        peak_tflops={"fp32": 0.166},
+        memory_bytes_per_s=20 * _GB,           # [estimate]
+        p2p_intra_bytes_per_s=2 * _GB, a2a_intra_bytes_per_s=2 * _GB, inter_node_bytes_per_s=2 * _GB,
+        p2p_efficiency=0.5, a2a_efficiency=0.5, inter_efficiency=0.5,
+        p2p_latency_ms=0.1, a2a_latency_ms=0.2, inter_latency_ms=0.1,
+        linear_efficiency=0.3, attention_efficiency=0.2, attention_half_tokens=64.0,
+        attention_call_ms=0.1, launch_ms_per_layer=2.0,
+        runtime_bytes=128 * 2**20,
+        sources="lscpu of the development machine; everything else [estimate]",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Public shape of one model."""
+
+    decoder: DecoderShape
+    """LLM decoder."""
+    encoder: EncoderShape | None
+    """Vision encoder and merger."""
+    recompute: str
+    """Default activation recompute of the recipe."""
+    sources: str
+    """Source keys of the shape."""
+
+
+def _qwen3vl_vit(depth: int, hidden: int, mlp: int, out_hidden: int) -> EncoderShape:
+    # Patch 16, 2x2 spatial merge, 2-frame temporal patch, 3 DeepStack mergers [Q2][Q4][MM8]; one
+    # attention sequence per 2-frame group: 720 tokens x 4 patches at 720p [workloads][inferred].
+    return EncoderShape(depth=depth, hidden=hidden, heads=16, mlp=mlp, patch_size=16, spatial_merge=2,
+                        temporal_patch=2, out_hidden=out_hidden, mergers=4, attention_window=2880)
+
+
+def _internvit(out_hidden: int) -> EncoderShape:
+    # InternViT-300M-448px-V2_5: 448 px tiles of 14 px patches = 1024 patches, pixel unshuffle
+    # 0.5 -> 256 tokens per tile [IVdoc][MMIV]; frames are tiles [inferred].
+    return EncoderShape(depth=24, hidden=1024, heads=16, mlp=4096, patch_size=14, spatial_merge=2,
+                        temporal_patch=1, out_hidden=out_hidden, mergers=1, attention_window=1024)
+
+
+MODELS: dict[str, ModelPreset] = {
+    "qwen3vl-2b": ModelPreset(
+        DecoderShape(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, vocab=151936,
+                     tied_embeddings=True, qkv_bias=False, qk_norm=True),
+        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2048), "full", "Q2"),
+    "qwen3vl-4b": ModelPreset(
+        DecoderShape(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, ffn=9728, vocab=151936,
+                     tied_embeddings=True, qkv_bias=False, qk_norm=True),
+        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2560), "full", "Q4"),
+    "qwen3vl-8b": ModelPreset(
+        DecoderShape(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288, vocab=151936,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=True),
+        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "MM8, MMy, Q8hf"),
+    "internvl3-2b": ModelPreset(
+        DecoderShape(layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128, ffn=8960, vocab=151674,
+                     tied_embeddings=True, qkv_bias=True, qk_norm=False),
+        _internvit(out_hidden=1536), "full", "IVdoc, Q15"),
+    "internvl3-8b": ModelPreset(
+        DecoderShape(layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128, ffn=18944, vocab=151674,
+                     tied_embeddings=False, qkv_bias=True, qk_norm=False),
+        _internvit(out_hidden=3584), "full", "MMIV, IVdoc"),
+    # Project-defined model for CPU tests and demos.
+    "tiny": ModelPreset(
+        DecoderShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=False),
+        EncoderShape(depth=1, hidden=32, heads=2, mlp=64, patch_size=4, spatial_merge=2, temporal_patch=1,
+                     out_hidden=64, mergers=1, attention_window=64),
+        "none", "project-defined"),
+}
+
+_ACCELERATORS = ("a3", "910b", "h100", "h200")
+_REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b", "internvl3-2b", "internvl3-8b")
+
+
+def list_presets() -> list[str]:
+    """Names `<hardware>-<model>` of the presets that make sense (the CPU only runs `tiny`)."""
+    return [f"{hw}-{m}" for hw in _ACCELERATORS for m in _REAL_MODELS] + ["cpu-tiny"]
+
+
+def split_preset_name(name: str) -> tuple[str, str]:
+    """`a3-qwen3vl-8b` -> (`a3`, `qwen3vl-8b`); unknown parts raise a ValueError listing valid names."""
+    hardware, _, model = name.partition("-")
+    if hardware not in HARDWARE or model not in MODELS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(list_presets())} "
+                         f"(any of hardware {sorted(HARDWARE)} with model {sorted(MODELS)} also builds)")
+    return hardware, model
+
+
+def preset_table(name: str, **options: Any) -> ProfileTable:
+    """The table of a named preset; `options` go to build_preset_table."""
+    hardware, model = split_preset_name(name)
+    return build_preset_table(hardware, model, **options)
+
+
+def _comm_grid(bandwidth: float, latency_ms: float) -> Grid:
+    """latency + bytes / bandwidth at 1 KiB ... 4 GiB (x4 steps)."""
+    sizes = [float(4**k * 1024) for k in range(12)]
+    return Grid(tuple(sizes), tuple(latency_ms + 1e3 * b / bandwidth for b in sizes), "linear")
+
+
+def _attention_grid(dec: DecoderShape, hw: HardwarePreset, peak: float, tp: int, elem: int,
+                    causal: bool, backward_ratio: float) -> Grid:
+    """Fused-attention forward + backward per document length, one layer, the rank's heads.
+
+    compute: FLOPs / (peak x eff x s / (s + s_half)); memory traffic: q, k, v, o read / written
+    once forward, about backward_ratio times that backward; plus the kernel-pair call cost.
+    """
+    lengths = [float(2**k) for k in range(6, 19)]
+    heads = dec.heads // tp
+    kv_heads = dec.kv_heads // tp
+    times = []
+    for s in lengths:
+        flops = dec.attention_forward_flops(s, causal) / tp
+        compute = flops / (peak * 1e12 * hw.attention_efficiency * s / (s + hw.attention_half_tokens))
+        traffic = s * (2 * heads + 2 * kv_heads) * dec.head_dim * elem / hw.memory_bytes_per_s
+        times.append(hw.attention_call_ms + 1e3 * (1 + backward_ratio) * (compute + traffic))
+    return Grid(tuple(lengths), tuple(times), "loglog")
+
+
+def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtype: str | None = None,
+                       recompute: str | None = None, sharding: str = "fsdp",
+                       shard_ranks: int | None = None, ranks_per_node: int | None = None) -> ProfileTable:
+    """An analytic profile table for `hardware` x `model`.
+
+    tp / pp: fixed tensor / pipeline sizes; dtype: default the hardware's first (bf16 on
+    accelerators, fp32 on the CPU); recompute: `none` or `full` (default: the model recipe's);
+    sharding: how parameters, gradients and Adam state are kept (`none` = plain DDP,
+    `distributed_optimizer` = Megatron, `fsdp` = full shard, as MindSpeed-MM's Qwen3-VL recipes
+    [MMy]); shard_ranks: ranks the state is sharded over (default: one node); ranks_per_node:
+    override of the hardware's node size.
+    """
+    if hardware not in HARDWARE:
+        raise ValueError(f"unknown hardware {hardware!r}; valid: {sorted(HARDWARE)}")
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
+    hw, mp = HARDWARE[hardware], MODELS[model]
+    dec, enc = mp.decoder, mp.encoder
+    dtype = dtype if dtype is not None else next(iter(hw.peak_tflops))
+    if dtype not in hw.peak_tflops:
+        raise ValueError(f"dtype {dtype!r} not supported on {hardware!r}; valid: {list(hw.peak_tflops)}")
+    recompute = recompute if recompute is not None else mp.recompute
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {list(RECOMPUTE_MODES)}, got {recompute!r} (with fused "
+                         f"attention, selective recompute stores the same as `none`)")
+    if sharding not in SHARDING_MODES:
+        raise ValueError(f"sharding must be one of {list(SHARDING_MODES)}, got {sharding!r}")
+    node = ranks_per_node if ranks_per_node is not None else hw.ranks_per_node
+    for option, value in (("tp", tp), ("pp", pp), ("ranks_per_node", node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{option} must be a positive int, got {value!r}")
+    shards = shard_ranks if shard_ranks is not None else node
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"shard_ranks must be a positive int, got {shard_ranks!r}")
+    if dec.heads % tp or dec.kv_heads % tp:
+        raise ValueError(f"tp={tp} must divide the heads ({dec.heads}) and kv heads ({dec.kv_heads}) of {model}")
+    if dec.layers % pp:
+        raise ValueError(f"pp={pp} must divide the layers ({dec.layers}) of {model}")
+
+    elem = 4 if dtype == "fp32" else 2
+    peak = hw.peak_tflops[dtype] * 1e12
+    lin_rate = peak * hw.linear_efficiency
+    attn_bwd, lin_bwd = 2.5, 2.0   # flash-attention backward ~5 vs 2 matmuls; matmul backward = 2 GEMMs
+    scale = elem / 2               # the byte formulas are for 16-bit tensors
+    sp = tp > 1                    # sequence parallelism with TP: activations shard over tp
+
+    # ---- time per token / patch (ms)
+    layer_flops = 2.0 * dec.layer_matmul_params() / tp
+    elementwise_bytes = (12 * dec.hidden + 4 * dec.ffn) * elem / tp   # norms, SwiGLU, residuals [inferred]
+    linear_ms = 1e3 * (1 + lin_bwd) * (layer_flops / lin_rate + elementwise_bytes / hw.memory_bytes_per_s)
+    if tp > 1:
+        # SP: 2 all-gathers + 2 reduce-scatters of h per token forward, the same backward, not overlapped.
+        tp_bytes = 8 * (tp - 1) / tp * dec.hidden * elem
+        linear_ms += 1e3 * tp_bytes / (hw.a2a_intra_bytes_per_s * hw.a2a_efficiency)
+    head_flops = 2.0 * dec.hidden * dec.vocab / tp
+    loss_bytes = 4 * 4 * dec.vocab / tp          # fp32 logits written, read for softmax, grad written, read
+    output_ms = 1e3 * ((1 + lin_bwd) * head_flops / lin_rate + loss_bytes / hw.memory_bytes_per_s)
+    if enc is not None:
+        vision_attn_eff = hw.attention_efficiency * enc.attention_window / (enc.attention_window
+                                                                             + hw.attention_half_tokens)
+        vision_ms = 1e3 * ((1 + lin_bwd) * enc.matmul_forward_flops_per_patch() / tp / lin_rate
+                           + (1 + attn_bwd) * enc.attention_forward_flops_per_patch() / tp
+                           / (peak * vision_attn_eff))
+    else:
+        vision_ms = 0.0
+    layers_per_stage = dec.layers // pp
+
+    # ---- memory (bytes per rank)
+    stage_layer_params = layers_per_stage * dec.layer_params()
+    first_stage = stage_layer_params + dec.embedding_params() + (enc.params() if enc is not None else 0)
+    last_stage = stage_layer_params + dec.head_params() + (dec.embedding_params() if dec.tied_embeddings else 0)
+    params = (first_stage + dec.head_params() if pp == 1 else max(first_stage, last_stage)) / tp
+    static = params * _bytes_per_param(sharding, dtype, shards)
+
+    keep = dec.layer_activation_bytes() * scale / (tp if sp else 1)
+    kept_per_layer = 2 * dec.hidden * scale / (tp if sp else 1) if recompute == "full" else keep
+    live = keep if recompute == "full" else 0.0            # the layer being recomputed
+    output_bytes = 4 * (dec.hidden + dec.vocab) / tp       # fp32 logits path [megmem]
+    # 1F1B keeps pp micro-batches on the first stage: all `layers` worth of activations [kor].
+    first_act = dec.layers * kept_per_layer + live + (output_bytes if pp == 1 else 0.0)
+    last_act = layers_per_stage * kept_per_layer + live + output_bytes
+    activation = max(first_act, last_act)
+    if enc is not None:
+        vkeep = enc.block_activation_bytes() * scale / (tp if sp else 1)
+        per_patch = enc.depth * 2 * enc.hidden * scale / (tp if sp else 1) + vkeep if recompute == "full" \
+            else enc.depth * vkeep
+        vision_activation = per_patch * enc.patches_per_token
+    else:
+        vision_activation = 0.0
+    gathered = 0.0
+    if sharding == "fsdp":
+        # Two layers gathered at once (current + prefetch), parameters and unsharded gradients.
+        gathered = 2 * 2 * dec.layer_params() / tp * elem
+    workspace = hw.runtime_bytes + gathered
+
+    table = ProfileTable(
+        hardware=HardwareInfo(
+            name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
+            usable_memory_fraction=hw.usable_memory_fraction, peak_tflops=hw.peak_tflops[dtype],
+            intra_node_bytes_per_s=hw.p2p_intra_bytes_per_s, inter_node_bytes_per_s=hw.inter_node_bytes_per_s),
+        model=ModelShape(
+            name=model, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
+            head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
+            vision=None if enc is None else VisionShape(
+                depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
+                spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch)),
+        dtype=dtype, tp=tp, pp=pp, recompute=recompute,
+        time=TimeFigures(
+            attention_causal_ms=_attention_grid(dec, hw, hw.peak_tflops[dtype], tp, elem, True, attn_bwd),
+            attention_full_ms=_attention_grid(dec, hw, hw.peak_tflops[dtype], tp, elem, False, attn_bwd),
+            attention_backward_ratio=attn_bwd,
+            linear_ms_per_token=linear_ms,
+            linear_backward_ratio=lin_bwd,
+            output_ms_per_token=output_ms,
+            vision_ms_per_patch=vision_ms,
+            launch_ms=hw.launch_ms_per_layer * layers_per_stage,
+            p2p_intra_ms=_comm_grid(hw.p2p_intra_bytes_per_s * hw.p2p_efficiency, hw.p2p_latency_ms),
+            p2p_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
+            all_to_all_intra_ms=_comm_grid(hw.a2a_intra_bytes_per_s * hw.a2a_efficiency, hw.a2a_latency_ms),
+            all_to_all_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
+        ),
+        memory=MemoryFigures(static_bytes=float(static), workspace_bytes=float(workspace),
+                             activation_bytes_per_token=float(activation),
+                             vision_activation_bytes_per_token=float(vision_activation)),
+        provenance={
+            "source": "analytic preset",
+            "preset": f"{hardware}-{model}",
+            "hardware": hw.description,
+            "hardware_sources": hw.sources,
+            "model_sources": mp.sources,
+            "options": {"sharding": sharding, "shard_ranks": shards},
+            "params_per_rank": float(params),
+            "sources": {key: SOURCES[key] for key in _keys(hw.sources + ", " + mp.sources)},
+            "notes": [
+                "Analytic figures from public peak FLOP/s, memory and link data with documented "
+                "efficiency factors; replace with a table measured by `fcp profile` on the target.",
+                "Attention grids: fused kernel, forward + backward, efficiency s / (s + s_half).",
+                "Vision memory counts every LLM token as a vision token (video-dominated batches).",
+            ],
+        },
+        schema_version=SCHEMA_VERSION,
+    )
+    table.validate(source=f"preset {hardware}-{model}")
+    return table
+
+
+def _keys(text: str) -> list[str]:
+    """Source keys named in a comma-separated list, known ones only, in order, once."""
+    seen: list[str] = []
+    for part in text.split(","):
+        key = part.strip()
+        if key in SOURCES and key not in seen:
+            seen.append(key)
+    return seen
+
+
+def _bytes_per_param(sharding: str, dtype: str, shards: int) -> float:
+    """Parameter + gradient + Adam bytes per parameter on one rank [megmem][zero]."""
+    if sharding == "fsdp":
+        return 16.0 / shards                       # fp32 params, grads, Adam m and v, all sharded
+    if dtype == "fp32":
+        return 16.0 if sharding == "none" else 8.0 + 8.0 / shards
+    return 18.0 if sharding == "none" else 6.0 + 12.0 / shards
+
+
+__all__ = ["HARDWARE", "MODELS", "SHARDING_MODES", "HardwarePreset", "ModelPreset", "build_preset_table",
+           "list_presets", "preset_table", "split_preset_name"]
