@@ -8,6 +8,7 @@ key or a value of the wrong type raises `ConfigError` naming the file, the secti
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import types
 import typing
 from dataclasses import dataclass, field
@@ -188,9 +189,28 @@ _SECTIONS: dict[str, tuple[type, ...]] = {
 }
 
 
+def embedded_config_names() -> list[str]:
+    """Names of the configurations shipped in the package (`configs/*.yaml`)."""
+    folder = importlib.resources.files("mindspeed_mm.core.fcp") / "configs"
+    return sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".yaml"))
+
+
+def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A YAML path as given, or the shipped configuration of that name (with or without `.yaml`)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    name = path.name if path.suffix == ".yaml" else f"{path.name}.yaml"
+    if path.parent == Path(".") and name in embedded_config_names():
+        return Path(str(importlib.resources.files("mindspeed_mm.core.fcp") / "configs" / name))
+    raise ConfigError(
+        f"{name_or_path}: no such file, and not a shipped configuration ({', '.join(embedded_config_names())})"
+    )
+
+
 def load_run_config(path: str | Path) -> RunConfig:
-    """Reads and validates a run configuration YAML file."""
-    file = Path(path)
+    """Reads and validates a run configuration YAML file (or a shipped configuration by name)."""
+    file = resolve_config_path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as err:
