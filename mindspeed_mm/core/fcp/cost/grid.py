@@ -16,7 +16,8 @@ class Grid:
     Between points the curve is piecewise linear, either in (x, y) (`linear`, right for
     latency + bytes / bandwidth curves) or in (log x, log y) (`loglog`, right for power laws such
     as quadratic attention). Outside the points the first / last segment is extended, so the
-    extrapolation keeps the local slope (linear) or the local exponent (loglog).
+    extrapolation keeps the local slope (linear) or the local exponent (loglog), over a million
+    times the grid's range (in the interpolation space); a linear curve stops at 0 downwards.
     """
 
     x: tuple[float, ...]
@@ -76,3 +77,27 @@ def _clip_at_zero(xs: list[float], ys: list[float], lo_slope: float) -> tuple[li
         return xs, ys
     x_zero = xs[1] - ys[1] / lo_slope
     return [xs[0], x_zero, *xs[1:]], [0.0, 0.0, *ys[1:]]
+
+
+def fit_quadratic(grid: Grid) -> tuple[float, float, float]:
+    """Non-negative (alpha, beta, gamma) of y = alpha x^2 + beta x + gamma fitted to a grid.
+
+    Least squares in relative error (every point weighs the same whatever its magnitude); the
+    non-negativity constraint is solved exactly by trying every subset of free coefficients.
+    """
+    x = np.asarray(grid.x, dtype=np.float64)
+    y = np.asarray(grid.y, dtype=np.float64)
+    design = np.stack([x * x, x, np.ones_like(x)], axis=1) / y[:, None]
+    target = np.ones_like(x)
+    best_err, best = np.inf, np.zeros(3)
+    for subset in range(1, 8):
+        cols = [i for i in range(3) if subset >> i & 1]
+        coef, *_ = np.linalg.lstsq(design[:, cols], target, rcond=None)
+        if np.any(coef < 0):
+            continue
+        full = np.zeros(3)
+        full[cols] = coef
+        err = float(np.sum((design @ full - target) ** 2))
+        if err < best_err:
+            best_err, best = err, full
+    return float(best[0]), float(best[1]), float(best[2])

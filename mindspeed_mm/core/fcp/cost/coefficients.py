@@ -1,0 +1,96 @@
+"""Scalar coefficients of the time model of one pipeline stage, derived once from a profile table.
+
+Assumptions (all stated here once):
+- The non-attention work of a layer (projections, MLP, norms, fixed-TP collectives) scales with
+  the tokens a rank holds; the table gives it per token, forward + backward.
+- The attention core of one document of s tokens costs A(s) = alpha s^2 + beta s + gamma per
+  layer (forward + backward), a fit of the table's grid for the model's mask (the causal grid
+  carries the mask efficiency of about 1/2). A packed batch then needs only sum(s^2), sum(s) and
+  its document count, which keeps workloads additive and the time O(1) in documents.
+- Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
+  2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
+- The vision encoder runs on the group's patches split evenly over its ranks.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost.grid import fit_quadratic
+from mindspeed_mm.core.fcp.cost.table import ProfileTable
+
+logger = logging.getLogger(__name__)
+
+BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp32": 4}
+FIT_WARN_RELATIVE_ERROR = 0.25
+
+
+@dataclass(frozen=True)
+class StageCoefficients:
+    """Per-stage constants of the time model (all layers of a stage folded in)."""
+
+    attention_fit: tuple[float, float, float]
+    """(alpha, beta, gamma) of ONE layer's attention A(s), ms; s in tokens."""
+    alpha: float
+    """Stage attention, ms per squared token (layers x alpha)."""
+    beta: float
+    """Stage attention, ms per token (layers x beta)."""
+    gamma: float
+    """Stage attention, ms per document (layers x gamma)."""
+    attention_forward_fraction: float
+    """Forward share of the attention's forward + backward time."""
+    forward_passes: int
+    """Forward passes per round: 2 with full recompute, else 1."""
+    attention_passes_scale: float
+    """Attention time of all passes over one forward + backward: passes x fwd + bwd shares."""
+    per_token_ms: float
+    """Non-attention stage work (with recompute) plus output layer, ms per token."""
+    per_patch_ms: float
+    """Vision encoder (with recompute), ms per patch."""
+    launch_ms: float
+    """Fixed cost of one round of a group."""
+    heads: int
+    """Query heads per TP rank."""
+    kv_heads: int
+    """Key/value heads per TP rank."""
+    head_bytes: int
+    """Bytes of one head of one token."""
+    ranks_per_node: int
+    """Ranks per node."""
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes per token of a forward ring step's block: K and V of the rank's KV heads."""
+        return 2 * self.kv_heads * self.head_bytes
+
+    @classmethod
+    def from_table(cls, table: ProfileTable) -> "StageCoefficients":
+        """Derive the coefficients of a (validated) table."""
+        tm, model = table.time, table.model
+        grid = tm.attention_ms(model.attention_mask)
+        fit = fit_quadratic(grid)
+        x = np.asarray(grid.x)
+        worst = float(np.max(np.abs((fit[0] * x * x + fit[1] * x + fit[2]) / np.asarray(grid.y) - 1.0)))
+        if worst > FIT_WARN_RELATIVE_ERROR:
+            logger.warning("attention grid of '%s' departs up to %.0f%% from its quadratic fit; "
+                           "attention times may be off by as much", model.name, 100 * worst)
+        layers = table.layers_per_stage
+        passes = 2 if table.recompute == "full" else 1
+        attn_fwd = 1.0 / (1.0 + tm.attention_backward_ratio)
+        linear_scale = 1.0 + (passes - 1) / (1.0 + tm.linear_backward_ratio)
+        return cls(
+            attention_fit=fit,
+            alpha=layers * fit[0], beta=layers * fit[1], gamma=layers * fit[2],
+            attention_forward_fraction=attn_fwd,
+            forward_passes=passes,
+            attention_passes_scale=passes * attn_fwd + (1.0 - attn_fwd),
+            per_token_ms=layers * tm.linear_ms_per_token * linear_scale + tm.output_ms_per_token,
+            per_patch_ms=tm.vision_ms_per_patch * linear_scale,
+            launch_ms=tm.launch_ms,
+            heads=model.heads // table.tp,
+            kv_heads=model.kv_heads // table.tp,
+            head_bytes=model.head_dim * BYTES_PER_ELEMENT[table.dtype],
+            ranks_per_node=table.hardware.ranks_per_node,
+        )

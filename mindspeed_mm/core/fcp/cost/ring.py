@@ -1,0 +1,86 @@
+"""Time of a group running ring attention, vectorised over degrees.
+
+Per-document zigzag sharding (each document cut into 2d chunks, rank j holding chunks j and
+2d-1-j) balances causal work, so each of the d steps of a pass computes an (s/d) x (s/d) block of
+every document: c(d) = alpha sum(s^2)/d^2 + beta T/d + gamma n. While a block computes, the next
+KV block travels (forward: K and V; backward: K and V plus the dK, dV accumulators, twice the
+bytes), so a pass costs c + (d - 1) max(c, p2p(bytes)). A group of more than ranks_per_node
+ranks spans nodes and every step runs at the inter-node speed: the slowest hop paces a
+synchronous ring.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
+from mindspeed_mm.core.fcp.cost.comm import CommCurve
+from mindspeed_mm.core.fcp.cost.workload import GroupWorkload
+
+
+
+@dataclass(frozen=True)
+class RingDegreeTerms:
+    """Workload-independent arrays of one degree vector."""
+
+    inv: np.ndarray
+    """1 / d."""
+    hops: np.ndarray
+    """d - 1: steps whose transfer overlaps compute."""
+    spans: np.ndarray
+    """d > ranks_per_node."""
+    p2p_base: np.ndarray | None
+    """Scaled p2p intercept per degree (affine p2p curves only)."""
+    p2p_slope_inv: np.ndarray | None
+    """Scaled p2p slope per degree over d, to multiply by the K, V bytes of all tokens (affine only)."""
+
+
+class RingTimer:
+    """Ring-attention group times of one stage."""
+
+    def __init__(self, coefficients: StageCoefficients, p2p: CommCurve) -> None:
+        self._c = coefficients
+        self._p2p = p2p
+
+    def terms(self, d_int: np.ndarray) -> RingDegreeTerms:
+        """The workload-independent arrays of a degree vector (callers cache them)."""
+        d = d_int.astype(np.float64)
+        inv = 1.0 / d
+        spans = d > self._c.ranks_per_node
+        base = slope = None
+        if self._p2p.affine is not None:
+            a_in, b_in, a_out, b_out = self._p2p.affine
+            base = np.where(spans, a_out, a_in)
+            slope = np.where(spans, b_out, b_in) * inv
+        return RingDegreeTerms(inv, d - 1.0, spans, base, slope)
+
+    def times(self, w: GroupWorkload, t: RingDegreeTerms) -> np.ndarray:
+        """Forward + backward time (ms) of `w` at each degree of `t` (memory not checked)."""
+        c = self._c
+        # One step's block compute (forward + backward): alpha sum(s^2)/d^2 + beta T/d + gamma n.
+        step = t.inv * (c.alpha * w.sum_sq_tokens)
+        step += c.beta * w.total_tokens
+        step *= t.inv
+        step += c.gamma * w.num_docs
+        kv = float(c.kv_bytes_per_token * w.total_tokens)
+        if t.p2p_base is not None and t.p2p_slope_inv is not None:
+            p_fwd = t.p2p_slope_inv * kv
+            p_bwd = p_fwd * 2.0
+            p_fwd += t.p2p_base
+            p_bwd += t.p2p_base
+        else:
+            msg = kv * t.inv
+            p_fwd, p_bwd = self._p2p(msg, t.spans), self._p2p(2.0 * msg, t.spans)
+        # Steps 2..d of each pass: compute and transfer overlap.
+        np.maximum(step * c.attention_forward_fraction, p_fwd, out=p_fwd)
+        p_fwd *= c.forward_passes
+        np.maximum(step * (1.0 - c.attention_forward_fraction), p_bwd, out=p_bwd)
+        p_fwd += p_bwd
+        p_fwd *= t.hops
+        # The first step of each pass, the linear work and the launch cost.
+        step *= c.attention_passes_scale
+        step += t.inv * (c.per_token_ms * w.total_tokens + c.per_patch_ms * w.vision_patches)
+        step += c.launch_ms
+        step += p_fwd
+        return step
