@@ -94,7 +94,9 @@ def _attention_world(rank: int, world_size: int) -> list[CaseRecord]:
     pool = CommGroupPool()
     records: list[CaseRecord] = []
     for round_index, sizes in enumerate(ROUNDS):
-        for group_index, ranks in enumerate(_groups_of_round(sizes)):
+        layout = _groups_of_round(sizes)
+        pool.prewarm(layout)
+        for group_index, ranks in enumerate(layout):
             if rank in ranks:
                 records += _check_group(ranks, pool.get(ranks), seed=round_index * 10 + group_index, global_rank=rank)
     return records

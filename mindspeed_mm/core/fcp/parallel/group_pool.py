@@ -1,4 +1,19 @@
-"""Pool of the CP process groups that FCP layouts use, created once and reused every round."""
+"""Pool of the CP process groups that FCP layouts use, created once and reused every round.
+
+Two ways to create a group, both cached:
+
+* :meth:`CommGroupPool.prewarm` — every process calls it with the same candidate groups (at
+  start-up, or with a round's whole layout before the round). Each missing candidate is created
+  with ``new_group(ranks, use_local_synchronization=False)``, every process taking part in one
+  sorted order. This is always deadlock-free.
+* :meth:`CommGroupPool.get` on a miss — only the members call it, and it creates the group with
+  ``new_group(ranks, use_local_synchronization=True)``. torch (2.13 here) names such a group after
+  its ranks *and the number of process groups the calling process already has*, so the members
+  only meet if they hold equally many groups; otherwise they wait on different store keys until
+  the timeout. That holds when every process has created the same groups so far (for example the
+  first round after a prewarm, when all its groups are new); when layouts change from round to
+  round, prewarm each round's layout instead.
+"""
 from __future__ import annotations
 
 import logging
@@ -12,21 +27,20 @@ DEFAULT_MAX_COMMUNICATORS = 256
 
 
 class CommGroupPoolFullError(RuntimeError):
-    """The pool already holds its maximum number of communicators and a new group was requested."""
+    """Creating the requested groups would exceed the pool's ``max_communicators``."""
 
 
 class CommGroupPool:
-    """Hands out the process group of a set of global ranks, creating it on first use and caching it.
+    """Hands out the process group of a set of global ranks, creating it once and caching it.
 
-    Groups are created with ``new_group(ranks, use_local_synchronization=True)``, so only their
-    members take part. A group's rank ``i`` is its ``i``-th smallest global rank, whatever order
-    the ranks are given in. A group of one rank is an ordinary (communication-free) group.
+    A group's rank ``i`` is its ``i``-th smallest global rank, whatever order the ranks are given
+    in. A group of one rank is an ordinary (communication-free) group.
 
-    The pool is bounded by ``max_communicators`` groups held by this process. When it is full, a
-    request for a new group raises :class:`CommGroupPoolFullError` instead of evicting: a group can
-    only be destroyed safely when all its members agree, and torch names groups created this way
-    after their ranks, so a destroyed group could not be re-created under the same name. Size the
-    bound for the candidate layouts (see :meth:`prewarm`).
+    Bounded by ``max_communicators``. When full, requests that need a new group raise
+    :class:`CommGroupPoolFullError`; nothing is evicted, because destroying a group is only safe
+    when all of its members agree to. :meth:`prewarm` counts every group it has created (members or
+    not, the same number on every process), so all processes refuse together; :meth:`get` counts
+    the groups this process holds.
     """
 
     def __init__(self, max_communicators: int = DEFAULT_MAX_COMMUNICATORS, *, backend: str | None = None) -> None:
@@ -35,17 +49,18 @@ class CommGroupPool:
         self.max_communicators = max_communicators
         self.backend = backend
         self._groups: dict[tuple[int, ...], dist.ProcessGroup] = {}
+        self._prewarmed: set[tuple[int, ...]] = set()
 
     @property
     def num_communicators(self) -> int:
-        """Number of process groups this process holds through the pool."""
+        """Number of process groups this process belongs to and holds through the pool."""
         return len(self._groups)
 
     def __contains__(self, ranks: Sequence[int]) -> bool:
         return tuple(sorted(ranks)) in self._groups
 
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
-        """The group of ``ranks`` (global ranks, this process among them); created by the members on first use."""
+        """The group of ``ranks`` (global ranks, this process among them); its members create it on a miss."""
         key = self._key(ranks)
         group = self._groups.get(key)
         if group is not None:
@@ -53,22 +68,38 @@ class CommGroupPool:
         me = dist.get_rank()
         if me not in key:
             raise ValueError(f"global rank {me} asked for group {list(key)} it is not a member of")
-        return self._create(key)
+        if len(self._groups) >= self.max_communicators:
+            raise CommGroupPoolFullError(
+                f"cannot create group {list(key)}: this process already holds max_communicators="
+                f"{self.max_communicators} groups"
+            )
+        group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=True)
+        self._groups[key] = group
+        logger.debug("members created process group %s (%d held)", list(key), len(self._groups))
+        return group
 
     def prewarm(self, candidates: Iterable[Sequence[int]]) -> int:
-        """Create, at start-up, every candidate group this process belongs to; return how many were new.
+        """Create the candidates not prewarmed yet; every process must call this with the same candidates.
 
-        Every process must pass the same candidates. They are created in one sorted order on all
-        processes, so no two processes ever wait on each other's groups in opposite orders.
+        Returns how many new groups this process became a member of.
         """
         me = dist.get_rank()
-        created = 0
-        for key in sorted({self._key(ranks) for ranks in candidates}):
+        missing = sorted({self._key(ranks) for ranks in candidates} - self._prewarmed)
+        if len(self._prewarmed) + len(missing) > self.max_communicators:
+            raise CommGroupPoolFullError(
+                f"prewarming {len(missing)} more groups would make {len(self._prewarmed) + len(missing)}, "
+                f"above max_communicators={self.max_communicators}"
+            )
+        joined = 0
+        for key in missing:
+            group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=False)
+            self._prewarmed.add(key)
+            # A group its members already created through get() keeps serving; the new copy is unused.
             if me in key and key not in self._groups:
-                self._create(key)
-                created += 1
-        logger.info("prewarmed %d process groups; pool holds %d", created, self.num_communicators)
-        return created
+                self._groups[key] = group
+                joined += 1
+        logger.info("prewarmed %d process groups (%d joined); pool holds %d", len(missing), joined, len(self._groups))
+        return joined
 
     def _key(self, ranks: Sequence[int]) -> tuple[int, ...]:
         key = tuple(sorted(int(rank) for rank in ranks))
@@ -80,14 +111,3 @@ class CommGroupPool:
         if key[0] < 0 or key[-1] >= world:
             raise ValueError(f"group ranks must lie in [0, {world}), got {list(ranks)}")
         return key
-
-    def _create(self, key: tuple[int, ...]) -> dist.ProcessGroup:
-        if len(self._groups) >= self.max_communicators:
-            raise CommGroupPoolFullError(
-                f"cannot create group {list(key)}: the pool already holds max_communicators="
-                f"{self.max_communicators} groups"
-            )
-        group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=True)
-        self._groups[key] = group
-        logger.debug("created process group %s (%d held)", list(key), len(self._groups))
-        return group
