@@ -201,7 +201,8 @@ class CostModel:
             smallest = int(d_int.min()) if d_int.size else 1
             terms = _DegreeTerms(d_int, smallest, self._ring.terms(d_int), where, slots)
             if len(self._degree_cache) >= _DEGREE_CACHE_SIZE:
-                self._degree_cache.pop(next(iter(self._degree_cache)))
+                # Start afresh (rebinding is atomic, so a planner thread sharing the model stays safe).
+                self._degree_cache = {}
             self._degree_cache[key] = terms
         return terms, scalar
 

@@ -259,23 +259,25 @@ def _internvit(out_hidden: int) -> EncoderShape:
                         temporal_patch=1, out_hidden=out_hidden, mergers=1, attention_window=1024)
 
 
+# Real models default to full recompute, as MindSpeed-MM's Qwen3-VL 8B recipe [MM8]: without it
+# the activations of Qwen3-VL-8B leave about 4K tokens per 64 GB rank.
 MODELS: dict[str, ModelPreset] = {
     "qwen3vl-2b": ModelPreset(
         DecoderShape(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, vocab=151936,
                      tied_embeddings=True, qkv_bias=False, qk_norm=True),
-        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2048), "full", "Q2"),
+        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2048), "full", "Q2, MM8, workloads"),
     "qwen3vl-4b": ModelPreset(
         DecoderShape(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, ffn=9728, vocab=151936,
                      tied_embeddings=True, qkv_bias=False, qk_norm=True),
-        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2560), "full", "Q4"),
+        _qwen3vl_vit(depth=24, hidden=1024, mlp=4096, out_hidden=2560), "full", "Q4, MM8, workloads"),
     "qwen3vl-8b": ModelPreset(
         DecoderShape(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288, vocab=151936,
                      tied_embeddings=False, qkv_bias=False, qk_norm=True),
-        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "MM8, MMy, Q8hf"),
+        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "MM8, MMy, Q8hf, workloads"),
     "internvl3-2b": ModelPreset(
         DecoderShape(layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128, ffn=8960, vocab=151674,
                      tied_embeddings=True, qkv_bias=True, qk_norm=False),
-        _internvit(out_hidden=1536), "full", "IVdoc, Q15"),
+        _internvit(out_hidden=1536), "full", "IVdoc, Q15, MMIV"),
     "internvl3-8b": ModelPreset(
         DecoderShape(layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128, ffn=18944, vocab=151674,
                      tied_embeddings=False, qkv_bias=True, qk_norm=False),
@@ -289,6 +291,8 @@ MODELS: dict[str, ModelPreset] = {
         "none", "project-defined"),
 }
 
+# Memory accounting (activations, bytes per parameter) follows these for every preset.
+_MEMORY_SOURCES = "kor, megmem, zero"
 _ACCELERATORS = ("a3", "910b", "h100", "h200")
 _REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b", "internvl3-2b", "internvl3-8b")
 
@@ -470,7 +474,8 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             "model_sources": mp.sources,
             "options": {"sharding": sharding, "shard_ranks": shards},
             "params_per_rank": float(params),
-            "sources": {key: SOURCES[key] for key in _keys(hw.sources + ", " + mp.sources)},
+            "memory_sources": _MEMORY_SOURCES,
+            "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES)))},
             "notes": [
                 "Analytic figures from public peak FLOP/s, memory and link data with documented "
                 "efficiency factors; replace with a table measured by `fcp profile` on the target.",
