@@ -1,0 +1,88 @@
+"""Validation of the FCP arguments: every inconsistent combination raises an error naming its flags."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
+
+from .fcp_feature import INCOMPATIBLE_FLAGS, fcp_ranks
+
+
+class FCPArgumentError(ValueError):
+    """An FCP option (or its combination with another option) is invalid."""
+
+
+def validate_fcp_args(args: argparse.Namespace) -> None:
+    """Check the `--fcp-*` options against each other and against the model and parallel layout."""
+    _check_incompatible_flags(args)
+    table = _load_cost_source(args)
+    if table is not None:
+        _check_table_matches_model(table, args)
+    ranks = fcp_ranks(args)
+    if args.fcp_max_degree is not None and args.fcp_max_degree > ranks:
+        raise FCPArgumentError(
+            f"--fcp-max-degree={args.fcp_max_degree} exceeds the {ranks} DP x CP ranks FCP can group "
+            f"(world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))")
+    if args.fcp_attention_algo == "ulysses":
+        _check_ulysses_has_a_degree(args, args.fcp_max_degree or ranks)
+
+
+def _check_incompatible_flags(args: argparse.Namespace) -> None:
+    for name in INCOMPATIBLE_FLAGS:
+        if getattr(args, name, None):
+            flag = "--" + name.replace("_", "-")
+            raise FCPArgumentError(f"{flag} cannot be combined with --context-parallel-algo fcp_cp_algo")
+
+
+def _load_cost_source(args: argparse.Namespace) -> ProfileTable | None:
+    """The profile table named by --fcp-profile-table, or the preset's table; one of them is required."""
+    if args.fcp_profile_table is not None:
+        path = args.fcp_profile_table
+        if not os.path.isfile(path):
+            raise FCPArgumentError(f"--fcp-profile-table: file {path!r} does not exist")
+        try:
+            return ProfileTable.load(path)
+        except ProfileTableError as err:
+            raise FCPArgumentError(f"--fcp-profile-table: {err}") from err
+    if args.fcp_preset is None:
+        raise FCPArgumentError("FCP needs a cost source: pass --fcp-profile-table (measured by `fcp profile`) "
+                               "or --fcp-preset (one of: " + ", ".join(list_presets()) + ")")
+    if args.fcp_preset not in list_presets():
+        raise FCPArgumentError(f"--fcp-preset={args.fcp_preset!r} is unknown; choose one of: "
+                               + ", ".join(list_presets()))
+    return None  # presets are resolved by the executor with the run's TP/PP
+
+
+def _check_table_matches_model(table: ProfileTable, args: argparse.Namespace) -> None:
+    expected = {
+        "layers": ("--num-layers", getattr(args, "num_layers", None)),
+        "hidden": ("--hidden-size", getattr(args, "hidden_size", None)),
+        "heads": ("--num-attention-heads", getattr(args, "num_attention_heads", None)),
+    }
+    if getattr(args, "group_query_attention", False):
+        expected["kv_heads"] = ("--num-query-groups", getattr(args, "num_query_groups", None))
+    for field_name, (flag, value) in expected.items():
+        measured = getattr(table.model, field_name)
+        if value is not None and measured != value:
+            raise FCPArgumentError(
+                f"--fcp-profile-table {args.fcp_profile_table!r} was measured for model.{field_name}={measured}, "
+                f"but {flag}={value}; profile this model with `fcp profile`")
+    for field_name, flag in (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size")):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None and getattr(table, field_name) != value:
+            raise FCPArgumentError(
+                f"--fcp-profile-table {args.fcp_profile_table!r} was measured with {field_name}="
+                f"{getattr(table, field_name)}, but {flag}={value}")
+
+
+def _check_ulysses_has_a_degree(args: argparse.Namespace, max_degree: int) -> None:
+    heads = getattr(args, "num_attention_heads", None)
+    if heads is None:
+        return
+    heads_per_tp_rank = heads // args.tensor_model_parallel_size
+    if not any(heads_per_tp_rank % degree == 0 for degree in range(2, max_degree + 1)):
+        raise FCPArgumentError(
+            f"--fcp-attention-algo ulysses: no CP degree in 2..{max_degree} divides the "
+            f"{heads_per_tp_rank} attention heads per TP rank (--num-attention-heads={heads}, "
+            f"--tensor-model-parallel-size={args.tensor_model_parallel_size}); use ring or auto")

@@ -1,0 +1,102 @@
+"""FCPFeature.validate_args: one test per rule, each error naming its flag."""
+import argparse
+import json
+
+import pytest
+
+from mindspeed_mm.core.fcp.cost import preset_table
+from mindspeed_mm.features_manager.fcp import FCPFeature
+from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError
+
+
+def parse(*argv: str, world_size: int = 8) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--context-parallel-size", type=int, default=1)
+    parser.add_argument("--tensor-model-parallel-size", type=int, default=1)
+    parser.add_argument("--pipeline-model-parallel-size", type=int, default=1)
+    parser.add_argument("--num-layers", type=int, default=2)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-attention-heads", type=int, default=4)
+    parser.add_argument("--group-query-attention", action="store_true")
+    parser.add_argument("--num-query-groups", type=int, default=2)
+    parser.add_argument("--use-cp-send-recv-overlap", action="store_true")
+    FCPFeature().register_args(parser)
+    args = parser.parse_args(["--context-parallel-algo", "fcp_cp_algo", *argv])
+    args.world_size = world_size
+    return args
+
+
+@pytest.fixture()
+def tiny_table(tmp_path):
+    path = tmp_path / "tiny.json"
+    preset_table("cpu-tiny").save(path)
+    return path
+
+
+def test_valid_preset_passes_and_post_validate_hands_cp_to_fcp():
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4", "--fcp-max-degree", "8")
+    feature = FCPFeature()
+    feature.validate_args(args)
+    feature.post_validate_args(args)
+    assert args.context_parallel_size == 1
+    assert args.fcp_static_context_parallel_size == 4
+
+
+def test_valid_table_passes(tiny_table):
+    FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table), "--group-query-attention"))
+
+
+def test_missing_cost_source_names_both_flags():
+    with pytest.raises(FCPArgumentError, match="--fcp-profile-table.*--fcp-preset"):
+        FCPFeature().validate_args(parse())
+
+
+def test_unknown_preset_lists_choices():
+    with pytest.raises(FCPArgumentError, match=r"--fcp-preset='b9-unknown'.*a3-qwen3vl-8b"):
+        FCPFeature().validate_args(parse("--fcp-preset", "b9-unknown"))
+
+
+def test_missing_table_file(tmp_path):
+    with pytest.raises(FCPArgumentError, match="--fcp-profile-table: file .*nope.json"):
+        FCPFeature().validate_args(parse("--fcp-profile-table", str(tmp_path / "nope.json")))
+
+
+def test_malformed_table_names_field(tiny_table):
+    doc = json.loads(tiny_table.read_text())
+    del doc["hardware"]["ranks_per_node"]
+    tiny_table.write_text(json.dumps(doc))
+    with pytest.raises(FCPArgumentError, match="ranks_per_node"):
+        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table)))
+
+
+def test_table_for_another_model_shape(tiny_table):
+    with pytest.raises(FCPArgumentError, match=r"model.hidden=64.*--hidden-size=128"):
+        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table), "--hidden-size", "128"))
+
+
+def test_table_for_another_tp(tiny_table):
+    with pytest.raises(FCPArgumentError, match="--tensor-model-parallel-size=2"):
+        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table),
+                                         "--tensor-model-parallel-size", "2"))
+
+
+def test_max_degree_above_plane():
+    with pytest.raises(FCPArgumentError, match=r"--fcp-max-degree=9 exceeds the 8"):
+        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "9"))
+
+
+def test_max_degree_counts_only_dp_cp_ranks():
+    with pytest.raises(FCPArgumentError, match="exceeds the 4"):
+        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "5",
+                                         "--tensor-model-parallel-size", "2"))
+
+
+def test_ulysses_without_any_dividing_degree():
+    with pytest.raises(FCPArgumentError, match="--fcp-attention-algo ulysses.*7 attention heads"):
+        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-attention-algo", "ulysses",
+                                         "--num-attention-heads", "7", "--fcp-max-degree", "6"))
+
+
+def test_incompatible_feature():
+    with pytest.raises(FCPArgumentError, match="--use-cp-send-recv-overlap"):
+        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--use-cp-send-recv-overlap"))
