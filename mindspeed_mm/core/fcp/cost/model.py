@@ -22,6 +22,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
+from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.cost.ring import RingDegreeTerms, RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
@@ -72,8 +73,6 @@ class CostModel:
 
         `table_options` go to `build_preset_table` (tp, pp, dtype, recompute, sharding, ...).
         """
-        from mindspeed_mm.core.fcp.cost.presets import preset_table
-
         return cls(preset_table(name, **table_options), max_tokens_per_rank=max_tokens_per_rank, algos=algos)
 
     def _capacity(self, max_tokens_per_rank: int | None) -> int:

@@ -260,7 +260,7 @@ def _internvit(out_hidden: int) -> EncoderShape:
 
 
 # Real models default to full recompute, as MindSpeed-MM's Qwen3-VL 8B recipe [MM8]: without it
-# the activations of Qwen3-VL-8B leave about 4K tokens per 64 GB rank.
+# the activations of Qwen3-VL-8B leave about 5K tokens per 64 GB rank.
 MODELS: dict[str, ModelPreset] = {
     "qwen3vl-2b": ModelPreset(
         DecoderShape(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, ffn=6144, vocab=151936,
@@ -423,7 +423,13 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     # 1F1B keeps pp micro-batches on the first stage: all `layers` worth of activations [kor].
     first_act = dec.layers * kept_per_layer + live + (output_bytes if pp == 1 else 0.0)
     last_act = layers_per_stage * kept_per_layer + live + output_bytes
-    activation = max(first_act, last_act)
+    # Context-parallel buffers of the layer at work, per token on the rank: ring keeps the K, V
+    # block in flight twice (send + receive) and fp32 dK, dV accumulators; Ulysses holds q, k, v
+    # and the output while they travel. The larger of the two is reserved [inferred].
+    kv_width = dec.kv_heads // tp * dec.head_dim
+    ring_buffers = 2 * 2 * kv_width * elem + 2 * kv_width * 4
+    ulysses_buffers = (2 * dec.heads // tp * dec.head_dim + 2 * kv_width) * elem
+    activation = max(first_act, last_act) + max(ring_buffers, ulysses_buffers)
     if enc is not None:
         vkeep = enc.block_activation_bytes() * scale / (tp if sp else 1)
         per_patch = enc.depth * 2 * enc.hidden * scale / (tp if sp else 1) + vkeep if recompute == "full" \
