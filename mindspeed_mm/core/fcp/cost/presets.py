@@ -21,17 +21,15 @@ Achieved-efficiency factors (fraction of peak really reached), per hardware:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.analytic import (
+    SHARDING_MODES, HardwarePreset, ModelPreset, Setup, memory_figures, params_per_rank, time_figures,
+)
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
 from mindspeed_mm.core.fcp.cost.table import (
-    RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, MemoryFigures, ModelShape, ProfileTable, TimeFigures,
-    VisionShape,
+    RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, ModelShape, ProfileTable, VisionShape,
 )
-
-SHARDING_MODES = ("none", "distributed_optimizer", "fsdp")
 
 SOURCES = {
     "MM8": "Ascend/MindSpeed-MM examples/mindspore/qwen3vl/model_8B.json (commit 57069cd5)",
@@ -66,58 +64,6 @@ SOURCES = {
     "zero": "Rajbhandari et al., arXiv 1910.02054 (ZeRO)",
     "workloads": "project workload notes: Qwen3-VL video token rule (720 tokens per second at 720p)",
 }
-
-
-@dataclass(frozen=True)
-class HardwarePreset:
-    """Public figures of one accelerator and its cluster links, per rank."""
-
-    description: str
-    """What the preset models."""
-    device: str
-    """Device kind: npu, cuda or cpu."""
-    ranks_per_node: int
-    """Ranks on one node's fast fabric."""
-    memory_bytes: int
-    """Device memory per rank."""
-    usable_memory_fraction: float
-    """Share of memory left to tensors after runtime reservation and allocator slack."""
-    peak_tflops: dict[str, float]
-    """Dense peak per supported dtype (the first key is the default dtype)."""
-    memory_bytes_per_s: float
-    """Device-memory bandwidth."""
-    p2p_intra_bytes_per_s: float
-    """One-direction bandwidth between two ranks of a node."""
-    a2a_intra_bytes_per_s: float
-    """One-direction bandwidth a rank can spread over all its node peers at once."""
-    inter_node_bytes_per_s: float
-    """One-direction network bandwidth per rank between nodes."""
-    p2p_efficiency: float
-    """Achieved fraction of the link for point-to-point messages."""
-    a2a_efficiency: float
-    """Achieved fraction of the links for all-to-all."""
-    inter_efficiency: float
-    """Achieved fraction of the network link."""
-    p2p_latency_ms: float
-    """Latency of one point-to-point message inside a node."""
-    a2a_latency_ms: float
-    """Latency of one all-to-all inside a node."""
-    inter_latency_ms: float
-    """Latency of one message / all-to-all across nodes."""
-    linear_efficiency: float
-    """Achieved fraction of peak for the GEMMs."""
-    attention_efficiency: float
-    """Achieved fraction of peak of the attention kernel on long documents."""
-    attention_half_tokens: float
-    """Document length at which the attention kernel reaches half its long-document efficiency."""
-    attention_call_ms: float
-    """Fixed cost of one attention forward + backward kernel pair."""
-    launch_ms_per_layer: float
-    """Unhidden host / launch cost per layer and round (forward + backward)."""
-    runtime_bytes: float
-    """Memory taken by the runtime and communication buffers."""
-    sources: str
-    """Source keys behind the figures above, in order."""
 
 
 _GB = 1e9
@@ -231,20 +177,6 @@ HARDWARE: dict[str, HardwarePreset] = {
 }
 
 
-@dataclass(frozen=True)
-class ModelPreset:
-    """Public shape of one model."""
-
-    decoder: DecoderShape
-    """LLM decoder."""
-    encoder: EncoderShape | None
-    """Vision encoder and merger."""
-    recompute: str
-    """Default activation recompute of the recipe."""
-    sources: str
-    """Source keys of the shape."""
-
-
 def _qwen3vl_vit(depth: int, hidden: int, mlp: int, out_hidden: int) -> EncoderShape:
     # Patch 16, 2x2 spatial merge, 2-frame temporal patch, 3 DeepStack mergers [Q2][Q4][MM8]; one
     # attention sequence per 2-frame group: 720 tokens x 4 patches at 720p [workloads][inferred].
@@ -317,31 +249,6 @@ def preset_table(name: str, **options: Any) -> ProfileTable:
     return build_preset_table(hardware, model, **options)
 
 
-def _comm_grid(bandwidth: float, latency_ms: float) -> Grid:
-    """latency + bytes / bandwidth at 1 KiB ... 4 GiB (x4 steps)."""
-    sizes = [float(4**k * 1024) for k in range(12)]
-    return Grid(tuple(sizes), tuple(latency_ms + 1e3 * b / bandwidth for b in sizes), "linear")
-
-
-def _attention_grid(dec: DecoderShape, hw: HardwarePreset, peak: float, tp: int, elem: int,
-                    causal: bool, backward_ratio: float) -> Grid:
-    """Fused-attention forward + backward per document length, one layer, the rank's heads.
-
-    compute: FLOPs / (peak x eff x s / (s + s_half)); memory traffic: q, k, v, o read / written
-    once forward, about backward_ratio times that backward; plus the kernel-pair call cost.
-    """
-    lengths = [float(2**k) for k in range(6, 19)]
-    heads = dec.heads // tp
-    kv_heads = dec.kv_heads // tp
-    times = []
-    for s in lengths:
-        flops = dec.attention_forward_flops(s, causal) / tp
-        compute = flops / (peak * 1e12 * hw.attention_efficiency * s / (s + hw.attention_half_tokens))
-        traffic = s * (2 * heads + 2 * kv_heads) * dec.head_dim * elem / hw.memory_bytes_per_s
-        times.append(hw.attention_call_ms + 1e3 * (1 + backward_ratio) * (compute + traffic))
-    return Grid(tuple(lengths), tuple(times), "loglog")
-
-
 def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtype: str | None = None,
                        recompute: str | None = None, sharding: str = "fsdp",
                        shard_ranks: int | None = None, ranks_per_node: int | None = None) -> ProfileTable:
@@ -359,7 +266,6 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
     hw, mp = HARDWARE[hardware], MODELS[model]
-    dec, enc = mp.decoder, mp.encoder
     dtype = dtype if dtype is not None else next(iter(hw.peak_tflops))
     if dtype not in hw.peak_tflops:
         raise ValueError(f"dtype {dtype!r} not supported on {hardware!r}; valid: {list(hw.peak_tflops)}")
@@ -370,79 +276,18 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     if sharding not in SHARDING_MODES:
         raise ValueError(f"sharding must be one of {list(SHARDING_MODES)}, got {sharding!r}")
     node = ranks_per_node if ranks_per_node is not None else hw.ranks_per_node
-    for option, value in (("tp", tp), ("pp", pp), ("ranks_per_node", node)):
+    shards = shard_ranks if shard_ranks is not None else node
+    for option, value in (("tp", tp), ("pp", pp), ("ranks_per_node", node), ("shard_ranks", shards)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{option} must be a positive int, got {value!r}")
-    shards = shard_ranks if shard_ranks is not None else node
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ValueError(f"shard_ranks must be a positive int, got {shard_ranks!r}")
+    dec = mp.decoder
     if dec.heads % tp or dec.kv_heads % tp:
         raise ValueError(f"tp={tp} must divide the heads ({dec.heads}) and kv heads ({dec.kv_heads}) of {model}")
     if dec.layers % pp:
         raise ValueError(f"pp={pp} must divide the layers ({dec.layers}) of {model}")
 
-    elem = 4 if dtype == "fp32" else 2
-    peak = hw.peak_tflops[dtype] * 1e12
-    lin_rate = peak * hw.linear_efficiency
-    attn_bwd, lin_bwd = 2.5, 2.0   # flash-attention backward ~5 vs 2 matmuls; matmul backward = 2 GEMMs
-    scale = elem / 2               # the byte formulas are for 16-bit tensors
-    sp = tp > 1                    # sequence parallelism with TP: activations shard over tp
-
-    # ---- time per token / patch (ms)
-    layer_flops = 2.0 * dec.layer_matmul_params() / tp
-    elementwise_bytes = (12 * dec.hidden + 4 * dec.ffn) * elem / tp   # norms, SwiGLU, residuals [inferred]
-    linear_ms = 1e3 * (1 + lin_bwd) * (layer_flops / lin_rate + elementwise_bytes / hw.memory_bytes_per_s)
-    if tp > 1:
-        # SP: 2 all-gathers + 2 reduce-scatters of h per token forward, the same backward, not overlapped.
-        tp_bytes = 8 * (tp - 1) / tp * dec.hidden * elem
-        linear_ms += 1e3 * tp_bytes / (hw.a2a_intra_bytes_per_s * hw.a2a_efficiency)
-    head_flops = 2.0 * dec.hidden * dec.vocab / tp
-    loss_bytes = 4 * 4 * dec.vocab / tp          # fp32 logits written, read for softmax, grad written, read
-    output_ms = 1e3 * ((1 + lin_bwd) * head_flops / lin_rate + loss_bytes / hw.memory_bytes_per_s)
-    if enc is not None:
-        vision_attn_eff = hw.attention_efficiency * enc.attention_window / (enc.attention_window
-                                                                             + hw.attention_half_tokens)
-        vision_ms = 1e3 * ((1 + lin_bwd) * enc.matmul_forward_flops_per_patch() / tp / lin_rate
-                           + (1 + attn_bwd) * enc.attention_forward_flops_per_patch() / tp
-                           / (peak * vision_attn_eff))
-    else:
-        vision_ms = 0.0
-    layers_per_stage = dec.layers // pp
-
-    # ---- memory (bytes per rank)
-    stage_layer_params = layers_per_stage * dec.layer_params()
-    first_stage = stage_layer_params + dec.embedding_params() + (enc.params() if enc is not None else 0)
-    last_stage = stage_layer_params + dec.head_params() + (dec.embedding_params() if dec.tied_embeddings else 0)
-    params = (first_stage + dec.head_params() if pp == 1 else max(first_stage, last_stage)) / tp
-    static = params * _bytes_per_param(sharding, dtype, shards)
-
-    keep = dec.layer_activation_bytes() * scale / (tp if sp else 1)
-    kept_per_layer = 2 * dec.hidden * scale / (tp if sp else 1) if recompute == "full" else keep
-    live = keep if recompute == "full" else 0.0            # the layer being recomputed
-    output_bytes = 4 * (dec.hidden + dec.vocab) / tp       # fp32 logits path [megmem]
-    # 1F1B keeps pp micro-batches on the first stage: all `layers` worth of activations [kor].
-    first_act = dec.layers * kept_per_layer + live + (output_bytes if pp == 1 else 0.0)
-    last_act = layers_per_stage * kept_per_layer + live + output_bytes
-    # Context-parallel buffers of the layer at work, per token on the rank: ring keeps the K, V
-    # block in flight twice (send + receive) and fp32 dK, dV accumulators; Ulysses holds q, k, v
-    # and the output while they travel. The larger of the two is reserved [inferred].
-    kv_width = dec.kv_heads // tp * dec.head_dim
-    ring_buffers = 2 * 2 * kv_width * elem + 2 * kv_width * 4
-    ulysses_buffers = (2 * dec.heads // tp * dec.head_dim + 2 * kv_width) * elem
-    activation = max(first_act, last_act) + max(ring_buffers, ulysses_buffers)
-    if enc is not None:
-        vkeep = enc.block_activation_bytes() * scale / (tp if sp else 1)
-        per_patch = enc.depth * 2 * enc.hidden * scale / (tp if sp else 1) + vkeep if recompute == "full" \
-            else enc.depth * vkeep
-        vision_activation = per_patch * enc.patches_per_token
-    else:
-        vision_activation = 0.0
-    gathered = 0.0
-    if sharding == "fsdp":
-        # Two layers gathered at once (current + prefetch), parameters and unsharded gradients.
-        gathered = 2 * 2 * dec.layer_params() / tp * elem
-    workspace = hw.runtime_bytes + gathered
-
+    setup = Setup(tp=tp, pp=pp, dtype=dtype, recompute=recompute, sharding=sharding, shard_ranks=shards)
+    enc = mp.encoder
     table = ProfileTable(
         hardware=HardwareInfo(
             name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
@@ -455,32 +300,17 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
                 depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
                 spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch)),
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
-        time=TimeFigures(
-            attention_causal_ms=_attention_grid(dec, hw, hw.peak_tflops[dtype], tp, elem, True, attn_bwd),
-            attention_full_ms=_attention_grid(dec, hw, hw.peak_tflops[dtype], tp, elem, False, attn_bwd),
-            attention_backward_ratio=attn_bwd,
-            linear_ms_per_token=linear_ms,
-            linear_backward_ratio=lin_bwd,
-            output_ms_per_token=output_ms,
-            vision_ms_per_patch=vision_ms,
-            launch_ms=hw.launch_ms_per_layer * layers_per_stage,
-            p2p_intra_ms=_comm_grid(hw.p2p_intra_bytes_per_s * hw.p2p_efficiency, hw.p2p_latency_ms),
-            p2p_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
-            all_to_all_intra_ms=_comm_grid(hw.a2a_intra_bytes_per_s * hw.a2a_efficiency, hw.a2a_latency_ms),
-            all_to_all_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
-        ),
-        memory=MemoryFigures(static_bytes=float(static), workspace_bytes=float(workspace),
-                             activation_bytes_per_token=float(activation),
-                             vision_activation_bytes_per_token=float(vision_activation)),
+        time=time_figures(hw, mp, setup),
+        memory=memory_figures(hw, mp, setup),
         provenance={
             "source": "analytic preset",
             "preset": f"{hardware}-{model}",
             "hardware": hw.description,
             "hardware_sources": hw.sources,
             "model_sources": mp.sources,
-            "options": {"sharding": sharding, "shard_ranks": shards},
-            "params_per_rank": float(params),
             "memory_sources": _MEMORY_SOURCES,
+            "options": {"sharding": sharding, "shard_ranks": shards},
+            "params_per_rank": params_per_rank(mp, setup),
             "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES)))},
             "notes": [
                 "Analytic figures from public peak FLOP/s, memory and link data with documented "
@@ -494,7 +324,6 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     table.validate(source=f"preset {hardware}-{model}")
     return table
 
-
 def _keys(text: str) -> list[str]:
     """Source keys named in a comma-separated list, known ones only, in order, once."""
     seen: list[str] = []
@@ -503,15 +332,6 @@ def _keys(text: str) -> list[str]:
         if key in SOURCES and key not in seen:
             seen.append(key)
     return seen
-
-
-def _bytes_per_param(sharding: str, dtype: str, shards: int) -> float:
-    """Parameter + gradient + Adam bytes per parameter on one rank [megmem][zero]."""
-    if sharding == "fsdp":
-        return 16.0 / shards                       # fp32 params, grads, Adam m and v, all sharded
-    if dtype == "fp32":
-        return 16.0 if sharding == "none" else 8.0 + 8.0 / shards
-    return 18.0 if sharding == "none" else 6.0 + 12.0 / shards
 
 
 __all__ = ["HARDWARE", "MODELS", "SHARDING_MODES", "HardwarePreset", "ModelPreset", "build_preset_table",
