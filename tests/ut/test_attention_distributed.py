@@ -55,8 +55,18 @@ def _groups_of_round(sizes: tuple[int, ...]) -> list[list[int]]:
 
 
 def _check_group(ranks: list[int], group, seed: int, global_rank: int) -> list[CaseRecord]:
+    degree = len(ranks)
+    # The second batch is shorter than 2 * degree tokens: some ranks hold no token at all.
+    batches = (_batch_lengths(degree, seed), [1, 2])
+    return [
+        record
+        for index, lengths in enumerate(batches)
+        for record in _check_batch(ranks, group, lengths, seed * 2 + index, global_rank)
+    ]
+
+
+def _check_batch(ranks: list[int], group, lengths: list[int], seed: int, global_rank: int) -> list[CaseRecord]:
     degree, group_rank = len(ranks), ranks.index(global_rank)
-    lengths = _batch_lengths(degree, seed)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     total = int(cu[-1])
     shard_lengths = tuple(shard.length for shard in zigzag_layout(cu, degree).shards)

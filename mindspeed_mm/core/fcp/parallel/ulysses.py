@@ -55,7 +55,7 @@ def _head_to_seq(tensors: list[torch.Tensor], call: AttentionCall) -> tuple[list
     # [degree * t_r, sum_i h_i/degree, d] -> [t_r, degree, sum_i h_i/degree, d]
     per_rank = received.reshape(degree, lengths[call.rank], *packed.shape[1:]).transpose(0, 1)
     pieces = torch.split(per_rank, head_counts, dim=2)
-    return [piece.reshape(piece.shape[0], -1, piece.shape[3]) for piece in pieces], nbytes
+    return [piece.reshape(piece.shape[0], piece.shape[1] * piece.shape[2], piece.shape[3]) for piece in pieces], nbytes
 
 
 def _global_segments(call: AttentionCall) -> VarlenSegments:
@@ -93,8 +93,8 @@ def ulysses_backward(
     repeat = dk.shape[1] // kv_heads
     if repeat > 1:
         # [t, kv_heads * repeat, d] -> [t, kv_heads, repeat, d]: sum the copies of each kv head.
-        dk = dk.reshape(dk.shape[0], kv_heads, repeat, -1).sum(dim=2)
-        dv = dv.reshape(dv.shape[0], kv_heads, repeat, -1).sum(dim=2)
+        dk = dk.reshape(dk.shape[0], kv_heads, repeat, dk.shape[2]).sum(dim=2)
+        dv = dv.reshape(dv.shape[0], kv_heads, repeat, dv.shape[2]).sum(dim=2)
     return dq, dk, dv
 
 

@@ -88,8 +88,8 @@ class TorchReferenceKernel:
             dq[qa:qb] = torch.einsum("hqk,khd->qhd", dscores, k_seg)
             length = kb - ka
             # [lk, heads, d] -> [lk, kv_heads, group, d]: sum the query heads that share a kv head.
-            dk[ka:kb] = torch.einsum("hqk,qhd->khd", dscores, q_seg).view(length, kv_heads, group, -1).sum(dim=2)
-            dv[ka:kb] = torch.einsum("hqk,qhd->khd", probs, dout_seg).view(length, kv_heads, group, -1).sum(dim=2)
+            dk[ka:kb] = torch.einsum("hqk,qhd->khd", dscores, q_seg).view(length, kv_heads, group, k.shape[2]).sum(dim=2)
+            dv[ka:kb] = torch.einsum("hqk,qhd->khd", probs, dout_seg).view(length, kv_heads, group, k.shape[2]).sum(dim=2)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
