@@ -1,0 +1,216 @@
+"""Stage 2: choose every atomic group's degree so the slowest group finishes first.
+
+Problem: K groups, group k needs at least m_k ranks; give group k degree m_k + s_k with
+sum(s_k) == spare (= N - sum(m_k)) so that max_k T_k(m_k + s_k) is minimal. The input is the matrix
+`extra_times[k, s] = T_k(m_k + s)` (best algo; inf where infeasible).
+
+Two exact solvers compute the optimal makespan:
+- `dp_makespan`: the 2D dynamic program F[k][j] = min_s max(F[k-1][j - s], T_k(m_k + s)),
+  vectorised over j, O(K * spare^2);
+- `threshold_makespan`: binary search over the candidate makespans tau. For a given tau every group
+  may take the extra ranks {s : T_k(m_k + s) <= tau}; a degree vector exists iff `spare` is a sum of one
+  choice per group. Groups whose choices form an interval contribute an interval of sums; the others
+  are combined with bit-set shifts. This is exact for any time curves and fast for large N.
+`assign_degrees` picks the cheaper one, then `realise` builds the degrees: every group stays within
+the optimal makespan, spare ranks go where they shorten a group the most.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+# Above this many DP cell updates (K * (spare + 1)^2) the threshold search is used instead.
+_DP_WORK_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class DegreeChoice:
+    """Extra ranks per group on top of its minimum degree, and the resulting makespan."""
+
+    extra: np.ndarray
+    """int64 [K]: ranks given to group k beyond its minimum degree; sums to the spare ranks."""
+    makespan: float
+    """max_k T_k(m_k + extra_k): the slowest group's time."""
+
+
+def dp_makespan(extra_times: np.ndarray, spare: int) -> float:
+    """Optimal makespan by the plain dynamic program (inf when no exact split of `spare` exists)."""
+    times = _clip(extra_times, spare)
+    width = spare + 1
+    best = times[0].copy()  # best[j]: optimal makespan of the groups so far using exactly j extra ranks
+    j = np.arange(width)[:, None]
+    s = np.arange(width)[None, :]
+    rest = j - s
+    valid = rest >= 0
+    rest = np.where(valid, rest, 0)
+    for k in range(1, times.shape[0]):
+        candidates = np.maximum(best[rest], times[k][None, :])
+        best = np.where(valid, candidates, np.inf).min(axis=1)
+    return float(best[spare])
+
+
+def threshold_makespan(extra_times: np.ndarray, spare: int) -> float:
+    """Optimal makespan by binary search over candidate thresholds (inf when infeasible)."""
+    times = _clip(extra_times, spare)
+    floor = float(times.min(axis=1).max())  # no group can beat its own best time
+    if not np.isfinite(floor):
+        return float("inf")
+    ceiling = _greedy_makespan(times, spare)
+    if not np.isfinite(ceiling):
+        if not _feasible(times, spare, float(times[np.isfinite(times)].max())):
+            return float("inf")
+        ceiling = float(times[np.isfinite(times)].max())
+    candidates = np.unique(times[(times >= floor) & (times <= ceiling)])
+    lo, hi = 0, len(candidates) - 1  # candidates[hi] is feasible
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _feasible(times, spare, float(candidates[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(candidates[hi])
+
+
+def assign_degrees(extra_times: np.ndarray, spare: int) -> DegreeChoice | None:
+    """Optimal extra ranks per group (None when the spare ranks cannot be split exactly)."""
+    if spare < 0 or extra_times.shape[0] == 0:
+        return None
+    k = extra_times.shape[0]
+    if k * (spare + 1) ** 2 <= _DP_WORK_LIMIT:
+        makespan = dp_makespan(extra_times, spare)
+    else:
+        makespan = threshold_makespan(extra_times, spare)
+    if not np.isfinite(makespan):
+        return None
+    return DegreeChoice(realise(extra_times, spare, makespan), makespan)
+
+
+def realise(extra_times: np.ndarray, spare: int, makespan: float) -> np.ndarray:
+    """Extra ranks per group summing to `spare`, every group within `makespan`.
+
+    Groups whose allowed extras form an interval are filled greedily (each next rank to the group it
+    speeds up the most); the others are fixed first by backtracking through reachable-sum bit sets.
+    """
+    times = _clip(extra_times, spare)
+    allowed = times <= makespan
+    lo, hi, is_interval = _ranges(allowed)
+    extra = lo.copy()
+    general = np.flatnonzero(~is_interval)
+    interval_rows = np.flatnonzero(is_interval)
+    interval_lo = int(lo[interval_rows].sum())
+    interval_hi = int(hi[interval_rows].sum())
+    target = spare
+    if len(general):
+        prefixes = [_range_mask(interval_lo, interval_hi, spare)]
+        for k in general:
+            prefixes.append(_shift_union(prefixes[-1], allowed[k], spare))
+        for pos in range(len(general) - 1, -1, -1):
+            k = general[pos]
+            before = prefixes[pos]
+            choices = np.flatnonzero(allowed[k, : target + 1])
+            reachable = [s for s in choices if (before >> (target - int(s))) & 1]
+            s_k = min(reachable, key=lambda s: (times[k, s], s))
+            extra[k] = s_k
+            target -= int(s_k)
+    remaining = target - interval_lo
+    if remaining < 0 or remaining > interval_hi - interval_lo:
+        raise AssertionError("makespan passed to realise() is not feasible")
+    _fill_greedily(times, extra, hi, interval_rows, remaining)
+    return extra
+
+
+def _fill_greedily(times: np.ndarray, extra: np.ndarray, hi: np.ndarray, rows: np.ndarray, count: int) -> None:
+    """Adds `count` ranks to `rows`, one at a time, each to the group whose time drops the most."""
+    heap = []
+    for k in rows:
+        if extra[k] < hi[k]:
+            heap.append((times[k, extra[k] + 1] - times[k, extra[k]], int(k)))
+    heapq.heapify(heap)
+    for _ in range(count):
+        _, k = heapq.heappop(heap)
+        extra[k] += 1
+        if extra[k] < hi[k]:
+            heapq.heappush(heap, (times[k, extra[k] + 1] - times[k, extra[k]], k))
+
+
+def _feasible(times: np.ndarray, spare: int, makespan: float) -> bool:
+    """Whether one allowed extra per group (time <= makespan) sums to exactly `spare`."""
+    allowed = times <= makespan
+    if not allowed.any(axis=1).all():
+        return False
+    lo, hi, is_interval = _ranges(allowed)
+    if lo.sum() > spare or hi.sum() < spare:
+        return False
+    if is_interval.all():
+        return True
+    rows = np.flatnonzero(is_interval)
+    reach = _range_mask(int(lo[rows].sum()), int(hi[rows].sum()), spare)
+    for k in np.flatnonzero(~is_interval):
+        reach = _shift_union(reach, allowed[k], spare)
+    return bool((reach >> spare) & 1)
+
+
+def _ranges(allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: first and last allowed column, and whether the allowed columns are contiguous."""
+    width = allowed.shape[1]
+    lo = allowed.argmax(axis=1)
+    hi = width - 1 - allowed[:, ::-1].argmax(axis=1)
+    is_interval = allowed.sum(axis=1) == hi - lo + 1
+    return lo.astype(np.int64), hi.astype(np.int64), is_interval
+
+
+def _range_mask(lo: int, hi: int, spare: int) -> int:
+    """Bit set {lo..min(hi, spare)}."""
+    hi = min(hi, spare)
+    if lo > hi:
+        return 0
+    return ((1 << (hi - lo + 1)) - 1) << lo
+
+
+def _shift_union(reach: int, allowed_row: np.ndarray, spare: int) -> int:
+    """Union over allowed s of (reach shifted by s), truncated to sums <= spare."""
+    out = 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], allowed_row.astype(np.int8), [0]))))
+    for start, stop in zip(edges[::2], edges[1::2]):
+        # Union of shifts by start..stop-1: shifted copies doubling in count.
+        run = reach << int(start)
+        covered = 1
+        length = int(stop - start)
+        while covered < length:
+            step = min(covered, length - covered)
+            run |= run << step
+            covered += step
+        out |= run
+    return out & ((1 << (spare + 1)) - 1)
+
+
+def _greedy_makespan(times: np.ndarray, spare: int) -> float:
+    """Makespan of a quick feasible split: each next spare rank to the currently slowest group."""
+    extra = np.zeros(times.shape[0], dtype=np.int64)
+    width = times.shape[1]
+    heap = [(-float(times[k, 0]), k) for k in range(times.shape[0])]
+    heapq.heapify(heap)
+    settled = []
+    for _ in range(spare):
+        while heap:
+            _, k = heapq.heappop(heap)
+            if extra[k] + 1 < width and np.isfinite(times[k, extra[k] + 1]):
+                extra[k] += 1
+                heapq.heappush(heap, (-float(times[k, extra[k]]), k))
+                break
+            settled.append(k)
+        else:
+            return float("inf")
+    return float(times[np.arange(times.shape[0]), extra].max())
+
+
+def _clip(extra_times: np.ndarray, spare: int) -> np.ndarray:
+    """The first spare + 1 columns, padded with inf when the matrix is narrower."""
+    times = np.asarray(extra_times, dtype=np.float64)
+    width = spare + 1
+    if times.shape[1] >= width:
+        return times[:, :width]
+    pad = np.full((times.shape[0], width - times.shape[1]), np.inf)
+    return np.concatenate([times, pad], axis=1)

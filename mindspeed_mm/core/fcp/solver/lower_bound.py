@@ -1,0 +1,78 @@
+"""A lower bound on the step time of any plan, so every plan carries its own optimality gap.
+
+Two bounds, the larger counts:
+- work: a round of makespan M offers N * M rank-milliseconds. A group of d ranks running samples S
+  uses d * T(S, d) >= T(S, 1) of them (parallelism never shrinks the total work), and on one rank a
+  packed batch costs its fixed part F = T({}, 1) plus each sample's own share T({i}, 1) - F. With at
+  least R_min rounds of at least one group each, the step takes at least
+  (R_min * F + sum_i (T({i}, 1) - F)) / N.
+  T(., 1) is read from a copy of the cost model without the memory limit (a long sample's single-
+  rank time is a bound even if it could never run there). Using each sample's best device time
+  min_d d * T({i}, d) instead would not be a bound: packing lets one sample's ring transfers hide
+  under another's compute and shares the launch cost, so a packed group can use fewer
+  rank-milliseconds than its samples would apart.
+- longest sample: the round holding sample i lasts at least min_d T({i}, d) over its allowed
+  degrees, as adding documents to a group never makes it faster. Only samples not dominated in
+  (length, vision patches) can attain the maximum, so only those are evaluated.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.cost import CostModel
+
+# Tokens per rank of the memory-unlimited copy of a cost model.
+_UNLIMITED_TOKENS = 1 << 60
+_UNLIMITED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def unlimited_memory_twin(cost: "CostModel") -> "CostModel":
+    """The same cost model with no memory limit (cached per cost model)."""
+    twin = _UNLIMITED.get(cost)
+    if twin is None:
+        twin = type(cost)(cost.table, max_tokens_per_rank=_UNLIMITED_TOKENS, algos=cost.algos)
+        _UNLIMITED[cost] = twin
+    return twin
+
+
+def undominated_samples(lengths: Sequence[int], patches: Sequence[int] | None) -> list[int]:
+    """Samples that no other sample beats in both length and patches (one per identical pair)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], -(patches[i] if patches else 0), i))
+    front: list[int] = []
+    most_patches = -1
+    for i in order:
+        p = patches[i] if patches else 0
+        if p > most_patches:
+            front.append(i)
+            most_patches = p
+    return front
+
+
+def step_lower_bound(
+    cost: "CostModel",
+    sample_workloads: Sequence[Any],
+    lengths: Sequence[int],
+    patches: Sequence[int] | None,
+    timer: GroupTimer,
+    num_ranks: int,
+    min_rounds: int,
+) -> float:
+    """max(work bound, longest-sample bound) for one step; see the module docstring."""
+    twin = GroupTimer(unlimited_memory_twin(cost), 1)
+    empty = cost.workload([])
+    twin.prepare([(w, 1, 1) for w in sample_workloads] + [(empty, 1, 1)])
+    fixed = twin.time(empty, 1)
+    shares = sum(twin.time(w, 1) - fixed for w in sample_workloads)
+    work = (min_rounds * fixed + shares) / num_ranks
+
+    front = undominated_samples(lengths, patches)
+    top = timer.max_degree
+    timer.prepare([(sample_workloads[i], cost.min_degree(lengths[i]), top) for i in front])
+    longest = max(float(np.min(timer.window(sample_workloads[i], cost.min_degree(lengths[i]), top))) for i in front)
+    return max(work, longest)

@@ -1,0 +1,131 @@
+"""Placement: turn one round's group degrees into contiguous rank ranges, node-aware.
+
+Rank r lives on node r // ranks_per_node. Groups larger than a node go first, largest first, from rank
+0 (they span nodes anyway). The groups that fit in a node are then packed into the free space of each
+node -- the partial node after the large groups, then whole nodes -- so that none crosses a node
+boundary: an exact bin packing (depth-first, largest first, bounded). When none exists, groups are laid
+out node by node, largest that still fits first; a group that fits nowhere crosses a node boundary
+(counted and logged).
+The result depends only on the degrees, so every rank computes the same placement.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+logger = logging.getLogger(__name__)
+
+# Depth-first search steps allowed for the exact node packing before falling back to best fit.
+_SEARCH_STEPS = 20_000
+
+
+@dataclass(frozen=True)
+class Placement:
+    """First rank of every group (in input order) of one round."""
+
+    starts: tuple[int, ...]
+    """starts[k]: first rank of group k; it holds ranks starts[k] .. starts[k] + degree_k - 1."""
+    straddling: int
+    """Groups of at most ranks_per_node ranks that nevertheless cross a node boundary."""
+
+
+def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) -> Placement:
+    """Contiguous, node-aware rank ranges for groups of these degrees (which must sum to num_ranks)."""
+    if sum(degrees) != num_ranks:
+        raise ValueError(f"degrees sum to {sum(degrees)}, expected num_ranks={num_ranks}")
+    if any(d < 1 for d in degrees):
+        raise ValueError(f"degrees must be >= 1, got {list(degrees)}")
+    starts = [0] * len(degrees)
+    large = sorted((k for k, d in enumerate(degrees) if d > ranks_per_node), key=lambda k: (-degrees[k], k))
+    small = sorted((k for k, d in enumerate(degrees) if d <= ranks_per_node), key=lambda k: (-degrees[k], k))
+    position = 0
+    for k in large:
+        starts[k] = position
+        position += degrees[k]
+
+    bins = _free_bins(position, num_ranks, ranks_per_node)
+    small_sizes = [degrees[k] for k in small]
+    assignment = _exact_packing(small_sizes, [size for _, size in bins])
+    if assignment is not None:
+        fill = [start for start, _ in bins]
+        for item, b in enumerate(assignment):
+            starts[small[item]] = fill[b]
+            fill[b] += small_sizes[item]
+        return Placement(tuple(starts), 0)
+    straddling = 0
+    remaining = list(small)
+    while remaining:
+        room = min((position // ranks_per_node + 1) * ranks_per_node, num_ranks) - position
+        fitting = [k for k in remaining if degrees[k] <= room]
+        # Largest group that still fits in this node; if none fits, the smallest one crosses over.
+        k = fitting[0] if fitting else remaining[-1]
+        if not fitting:
+            straddling += 1
+        remaining.remove(k)
+        starts[k] = position
+        position += degrees[k]
+    logger.debug("placement: %d group(s) of at most %d ranks cross a node boundary", straddling, ranks_per_node)
+    return Placement(tuple(starts), straddling)
+
+
+def _free_bins(first_free: int, num_ranks: int, ranks_per_node: int) -> list[tuple[int, int]]:
+    """(start, size) of the free rank ranges, one per node, from `first_free` to the end."""
+    bins = []
+    start = first_free
+    while start < num_ranks:
+        end = min((start // ranks_per_node + 1) * ranks_per_node, num_ranks)
+        bins.append((start, end - start))
+        start = end
+    return bins
+
+
+def _exact_packing(sizes: list[int], capacities: list[int]) -> list[int] | None:
+    """Bin of every item such that every bin is filled exactly, or None if none is found.
+
+    Works on counts per size: bins are filled one after the other, each with a multiset of sizes
+    that sums to its capacity (larger sizes tried first); failed (bin, counts) states are memoised.
+    """
+    distinct = sorted(set(sizes), reverse=True)
+    counts = tuple(sizes.count(size) for size in distinct)
+    failed: set[tuple[int, tuple[int, ...]]] = set()
+    steps = 0
+
+    def fillings(room: int, counts: tuple[int, ...], first: int):
+        """Count vectors (per distinct size, from index `first`) summing to exactly `room`."""
+        if room == 0:
+            yield (0,) * (len(counts) - first)
+            return
+        if first == len(counts):
+            return
+        size = distinct[first]
+        for take in range(min(counts[first], room // size), -1, -1):
+            for tail in fillings(room - take * size, counts, first + 1):
+                yield (take,) + tail
+
+    def search(b: int, counts: tuple[int, ...]) -> list[tuple[int, ...]] | None:
+        nonlocal steps
+        if b == len(capacities):
+            return [] if not any(counts) else None
+        if (b, counts) in failed or steps > _SEARCH_STEPS:
+            return None
+        for taken in fillings(capacities[b], counts, 0):
+            steps += 1
+            rest = search(b + 1, tuple(c - t for c, t in zip(counts, taken)))
+            if rest is not None:
+                return [taken] + rest
+            if steps > _SEARCH_STEPS:
+                return None
+        failed.add((b, counts))
+        return None
+
+    plan = search(0, counts)
+    if plan is None:
+        return None
+    queues = {size: [item for item, s in enumerate(sizes) if s == size] for size in distinct}
+    assignment = [0] * len(sizes)
+    for b, taken in enumerate(plan):
+        for size, count in zip(distinct, taken):
+            for _ in range(count):
+                assignment[queues[size].pop(0)] = b
+    return assignment
