@@ -19,6 +19,7 @@ from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset, build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
+from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
 from mindspeed_mm.core.fcp.executor.log_format import iteration_line, memory_line, plan_summary_line
 from mindspeed_mm.core.fcp.executor.memory import MemoryTracker
 from mindspeed_mm.core.fcp.executor.model import build_gpt_model
@@ -28,7 +29,6 @@ from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
 logger = logging.getLogger(__name__)
@@ -76,11 +76,11 @@ class Trainer:
         self.model = build_gpt_model(config.model, config.training.seed).to(context.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
-        self.pool = CommGroupPool()
+        self.groups = PlanGroupCache()
         if config.fcp.group_pool == "prewarm":
             limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
-            self.pool.prewarm(_contiguous_groups(context.world_size, limit))
-        self.runner = RoundRunner(self.model, self.sampler, self.pool, context.rank, context.device)
+            self.groups.create(_contiguous_groups(context.world_size, limit))
+        self.runner = RoundRunner(self.model, self.sampler, self.groups, context.rank, context.device)
         self.memory = MemoryTracker(self.model, self.optimizer, context.device)
 
     def _plan_step(self, step: int) -> Plan:
@@ -113,6 +113,7 @@ class Trainer:
         checked = time.perf_counter()
         check_plan_agreement(plan, step)
         check_plan_executable(plan, step, self.context.world_size, self.sampler.batch_lengths(step), self.planner.cost)
+        self.groups.prepare(plan)
         plan_check_ms = (time.perf_counter() - checked) * 1e3
 
         output = self.runner.run_step(plan, step)

@@ -1,0 +1,153 @@
+"""Round runner on 4 gloo ranks: a hand-made plan with groups of 3, 2 and 1 (ring and Ulysses) gives the
+single-process reference's loss and gradients; token accounting and plan agreement checks."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from distributed_utils import run_distributed
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.executor.config import parse_run_config
+from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
+
+WORLD_SIZE = 4
+CONFIG = {
+    "gpt_args": {
+        "global_batch_size": 6,
+        "train_iters": 1,
+        "seq_length": 64,
+        "num_layers": 2,
+        "hidden_size": 32,
+        "ffn_hidden_size": 48,
+        "num_attention_heads": 4,
+        "num_query_groups": 2,
+        "vocab_size": 64,
+        "seed": 5,
+        "fcp_preset": "cpu-tiny",
+    },
+    "data": {"dataset": "internvid", "length_scale": 50, "min_length": 5, "seed": 1},
+}
+# (ranks, algo, batch positions) per group, per round; every rank is in one group per round.
+LAYOUT = (
+    (((0, 1, 2), "ring", (0, 1)), ((3,), "ring", (2,))),
+    (((0, 1), "ulysses", (3,)), ((2, 3), "ring", (4, 5))),
+)
+
+
+def _plan() -> Plan:
+    rounds = tuple(
+        RoundPlan(
+            groups=tuple(
+                GroupPlan(ranks=ranks, degree=len(ranks), algo=algo, samples=samples, predicted_ms=1.0)
+                for ranks, algo, samples in groups
+            ),
+            predicted_ms=1.0,
+        )
+        for groups in LAYOUT
+    )
+    return Plan(rounds=rounds, predicted_ms=2.0, lower_bound_ms=1.0, solver_ms=0.0, num_ranks=WORLD_SIZE)
+
+
+def _worker(rank: int, world_size: int) -> dict:
+    from megatron.core import parallel_state
+
+    from mindspeed_mm.core.fcp.executor.dataset import build_dataset
+    from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
+    from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
+    from mindspeed_mm.core.fcp.executor.model import build_gpt_model
+    from mindspeed_mm.core.fcp.executor.plan_check import PlanMismatchError, check_plan_agreement
+    from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
+    from mindspeed_mm.core.fcp.executor.runner import RoundRunner
+    from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+
+    parallel_state.initialize_model_parallel(1, 1)
+    config = parse_run_config(CONFIG)
+    dataset = build_dataset(config)
+    sampler = PlanAwareSampler(dataset, global_batch_size=6, num_steps=1)
+    model = build_gpt_model(config.model, config.training.seed)
+    plan = _plan()
+    groups = PlanGroupCache()
+    groups.prepare(plan)
+    output = RoundRunner(model, sampler, groups, rank, torch.device("cpu")).run_step(plan, step=0)
+    params = list(model.parameters())
+    allreduce_gradients(params)
+    loss_sum = output.loss_sum.clone()
+    torch.distributed.all_reduce(loss_sum)
+    result = {
+        "loss": float(loss_sum) / sampler.batch_loss_tokens(0),
+        "grads": {name: p.grad.clone() for name, p in model.named_parameters()},
+        "tokens": output.accounting.tokens,
+        "loss_tokens": output.accounting.loss_tokens,
+        "groups": output.accounting.groups,
+        "rounds": [(r.ranks, r.algo, r.sample_indices) for r in output.rounds],
+    }
+    # A rank with a different plan: every rank must raise, naming the step.
+    other = dataclasses.replace(plan, predicted_ms=3.0) if rank == 2 else plan
+    try:
+        check_plan_agreement(other, step=6)
+        result["mismatch"] = None
+    except PlanMismatchError as err:
+        result["mismatch"] = str(err)
+    if rank == 0:
+        reference = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
+        from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
+
+        total = 0.0
+        normaliser = sampler.batch_loss_tokens(0)
+        for index in sampler.batch_indices(0):
+            sample = dataset[index]
+            positions = torch.arange(sample.length)
+            losses = reference(
+                sample.tokens[None],
+                positions[None],
+                None,
+                labels=sample.labels[None],
+                packed_seq_params=FCPPackedSeqParams(
+                    cu_seqlens=torch.tensor([0, sample.length]), position_ids=positions
+                ),
+            ).reshape(-1)
+            sample_loss = (losses * sample.loss_mask).sum()
+            (sample_loss / normaliser).backward()
+            total += float(sample_loss)
+        result["reference_loss"] = total / normaliser
+        result["reference_grads"] = {name: p.grad.clone() for name, p in reference.named_parameters()}
+        result["lengths"] = dataset.lengths.tolist()
+        result["loss_token_counts"] = dataset.loss_tokens.tolist()
+    parallel_state.destroy_model_parallel()
+    return result
+
+
+def test_plan_execution_matches_single_process_reference() -> None:
+    results = run_distributed(_worker, WORLD_SIZE, timeout_s=240.0)
+    reference = results[0]
+    for rank, result in enumerate(results):
+        assert result["loss"] == pytest.approx(reference["reference_loss"], rel=1e-5)
+        for name, grad in result["grads"].items():
+            torch.testing.assert_close(grad, reference["reference_grads"][name], msg=f"rank {rank} {name}")
+        assert result["mismatch"] is not None and result["mismatch"].startswith("step 7: ranks hold different plans")
+        assert "ranks [2] differ" in result["mismatch"]
+    # Every sample is trained exactly once: tokens summed over the ranks' actual shards.
+    tokens = sum(r["tokens"] for r in results)
+    loss_tokens = sum(r["loss_tokens"] for r in results)
+    groups = sum(r["groups"] for r in results)
+    assert tokens.tolist() == reference["lengths"]
+    assert loss_tokens.tolist() == reference["loss_token_counts"]
+    assert groups.tolist() == [1.0] * 6
+    assert results[3]["rounds"] == [((3,), "local", (2,)), ((2, 3), "ring", (4, 5))]
+    assert results[1]["rounds"] == [((0, 1, 2), "ring", (0, 1)), ((0, 1), "ulysses", (3,))]
+
+
+def test_plan_missing_a_rank_is_rejected_before_running() -> None:
+    from mindspeed_mm.core.fcp.executor.plan_check import check_plan_executable
+
+    cost = CostModel.from_preset("cpu-tiny")
+    plan = _plan()
+    short_round = RoundPlan(groups=plan.rounds[1].groups[:1], predicted_ms=1.0)
+    broken = dataclasses.replace(plan, rounds=(plan.rounds[0], short_round))
+    lengths = [20, 20, 20, 20, 20, 20]
+    with pytest.raises(InvalidPlanError, match="step 4: .*round 1"):
+        check_plan_executable(broken, step=3, num_ranks=WORLD_SIZE, lengths=lengths, cost=cost)
+    with pytest.raises(InvalidPlanError, match="step 1: plan covers 4 ranks but training runs on 5"):
+        check_plan_executable(plan, step=0, num_ranks=5, lengths=lengths, cost=cost)
