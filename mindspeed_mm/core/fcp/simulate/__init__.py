@@ -1,0 +1,1 @@
+"""Workloads, strategy simulator, reports and plots of FCP plans."""

@@ -1,0 +1,334 @@
+"""Strategy simulator: plans K global batches per dataset with FCP and every baseline on one cost model.
+
+For each dataset the same K batches (drawn once from the seeded generator) are planned by every
+strategy. A static strategy (Megatron-LM ring CP, DeepSpeed-Ulysses) is configured once for the
+whole run, sized for the longest sample of all K batches, as a launch-time CP degree would be;
+dynamic strategies choose per batch. Reported per strategy: predicted iteration time, speedup over
+Megatron-LM static CP, ratio to the lower bound and planning time.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.workloads import DATASETS, generate_samples
+from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, validate_plan
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
+from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+FCP = "fcp"
+"""Name of the FCP planner among the strategies."""
+STRATEGIES = (FCP, *BASELINES)
+"""All strategies the simulator knows, FCP first."""
+REFERENCE = "megatron_static_cp"
+"""Strategy that speedups are measured against."""
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """What to simulate."""
+
+    solver: SolverConfig
+    """Cluster shape and planner limits shared by all strategies."""
+    datasets: tuple[str, ...] = DATASETS
+    """Workload generators to draw batches from."""
+    strategies: tuple[str, ...] = STRATEGIES
+    """Strategies to plan every batch with."""
+    num_batches: int = 8
+    """K: global batches per dataset."""
+    global_batch_size: int = 512
+    """Samples per global batch."""
+    seed: int = 0
+    """Seed of the workload generators; the same seed gives the same batches."""
+    validate: bool = True
+    """Check every plan with `validate_plan` (memory, coverage, consistency) before counting it."""
+
+    def __post_init__(self) -> None:
+        for name in self.datasets:
+            if name not in DATASETS:
+                raise ValueError(f"datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+        for name in self.strategies:
+            if name not in STRATEGIES:
+                raise ValueError(f"strategies: unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+        if not self.datasets or not self.strategies:
+            raise ValueError("datasets and strategies must each name at least one entry")
+        if len(set(self.datasets)) != len(self.datasets) or len(set(self.strategies)) != len(self.strategies):
+            raise ValueError("datasets and strategies must not repeat an entry")
+        if isinstance(self.num_batches, bool) or not isinstance(self.num_batches, int) or self.num_batches <= 0:
+            raise ValueError(f"num_batches must be a positive integer, got {self.num_batches!r}")
+        if (
+            isinstance(self.global_batch_size, bool)
+            or not isinstance(self.global_batch_size, int)
+            or self.global_batch_size <= 0
+        ):
+            raise ValueError(f"global_batch_size must be a positive integer, got {self.global_batch_size!r}")
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """One strategy on one dataset, over the K batches (per-batch tuples are in batch order)."""
+
+    dataset: str
+    """Workload the batches came from."""
+    strategy: str
+    """Strategy name."""
+    iteration_ms: tuple[float, ...] = ()
+    """Predicted step time of each batch."""
+    lower_bound_ms: tuple[float, ...] = ()
+    """Lower bound on the step time of each batch (the same for every strategy)."""
+    solver_ms: tuple[float, ...] = ()
+    """Planning wall time of each batch."""
+    rounds: tuple[int, ...] = ()
+    """Rounds (micro-batches) of each batch."""
+    error: str | None = None
+    """Why the strategy could not run this workload; None when it ran every batch."""
+    extras: dict[str, object] = field(default_factory=dict)
+    """Strategy details worth reporting (e.g. the static CP degree)."""
+
+    @property
+    def ok(self) -> bool:
+        """The strategy planned every batch."""
+        return self.error is None
+
+    @property
+    def mean_iteration_ms(self) -> float:
+        """Mean predicted step time (nan if the strategy did not run)."""
+        return float(np.mean(self.iteration_ms)) if self.ok else math.nan
+
+    @property
+    def ratio_to_lower_bound(self) -> float:
+        """Total predicted time over the total lower bound (1.0 = provably optimal)."""
+        return float(sum(self.iteration_ms) / sum(self.lower_bound_ms)) if self.ok else math.nan
+
+    @property
+    def solver_ms_p50(self) -> float:
+        """Median planning time."""
+        return float(np.median(self.solver_ms)) if self.ok else math.nan
+
+    @property
+    def solver_ms_max(self) -> float:
+        """Longest planning time."""
+        return float(np.max(self.solver_ms)) if self.ok else math.nan
+
+    @property
+    def mean_rounds(self) -> float:
+        """Mean rounds per step."""
+        return float(np.mean(self.rounds)) if self.ok else math.nan
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    """Results of a simulation, one entry per (dataset, strategy)."""
+
+    config: SimulationConfig
+    """The simulation that produced it."""
+    results: tuple[StrategyResult, ...]
+    """In dataset order, then strategy order."""
+
+    def result(self, dataset: str, strategy: str) -> StrategyResult:
+        """The entry of one dataset and strategy."""
+        for r in self.results:
+            if r.dataset == dataset and r.strategy == strategy:
+                return r
+        raise KeyError(f"no result for dataset {dataset!r} and strategy {strategy!r}")
+
+    def speedup(self, dataset: str, strategy: str, over: str = REFERENCE) -> float:
+        """Time of `over` divided by time of `strategy` on the same batches (nan if either failed)."""
+        base = self._result_or_none(dataset, over)
+        this = self._result_or_none(dataset, strategy)
+        if base is None or this is None or not (base.ok and this.ok):
+            return math.nan
+        return sum(base.iteration_ms) / sum(this.iteration_ms)
+
+    def _result_or_none(self, dataset: str, strategy: str) -> StrategyResult | None:
+        try:
+            return self.result(dataset, strategy)
+        except KeyError:
+            return None
+
+    def table(self) -> str:
+        """Text table: per dataset and strategy, times, speedups, optimality ratio and solver time."""
+        headers = ("dataset", "strategy", "iter ms", "rounds", f"vs {REFERENCE}", "FCP speedup", "/ bound", "plan ms")
+        rows: list[tuple[str, ...]] = []
+        notes: list[str] = []
+        for r in self.results:
+            if not r.ok:
+                rows.append((r.dataset, r.strategy, "n/a", "", "", "", "", ""))
+                notes.append(f"{r.dataset} / {r.strategy}: {r.error}")
+                continue
+            rows.append(
+                (
+                    r.dataset,
+                    r.strategy + _describe_extras(r.extras),
+                    f"{r.mean_iteration_ms:,.1f}",
+                    f"{r.mean_rounds:.1f}",
+                    _format_speedup(self.speedup(r.dataset, r.strategy)),
+                    _format_speedup(self.speedup(r.dataset, FCP, over=r.strategy)),
+                    f"{r.ratio_to_lower_bound:.3f}",
+                    f"{r.solver_ms_p50:.1f}",
+                )
+            )
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+        lines = [
+            "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))),
+            "  ".join("-" * w for w in widths),
+        ]
+        previous = None
+        for row in rows:
+            shown = ("" if row[0] == previous else row[0], *row[1:])
+            previous = row[0]
+            lines.append(
+                "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(shown, widths)))
+            )
+        cfg = self.config
+        lines.append("")
+        lines.append(
+            f"{cfg.num_batches} batches x {cfg.global_batch_size} samples per dataset on {cfg.solver.num_ranks} ranks "
+            f"({cfg.solver.ranks_per_node} per node), seed {cfg.seed}; iter ms = mean predicted step time; "
+            f"FCP speedup = this strategy's time / FCP's time; / bound = time / lower bound; plan ms = median."
+        )
+        lines.extend(notes)
+        return "\n".join(lines)
+
+
+def _format_speedup(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.2f}x"
+
+
+def _describe_extras(extras: dict[str, object]) -> str:
+    return f" (CP {extras['cp_degree']})" if "cp_degree" in extras else ""
+
+
+def _plan_with(
+    strategy: str,
+    lengths: np.ndarray,
+    patches: np.ndarray,
+    cost: CostModel,
+    config: SolverConfig,
+    static_degree: int | None,
+) -> Plan:
+    if strategy == FCP:
+        return plan_batch(lengths, cost, config, patches)
+    baseline = BASELINES[strategy]
+    if baseline.static_algo is not None:
+        return baseline.planner(lengths, cost, config, patches, cp_degree=static_degree)
+    return baseline.planner(lengths, cost, config, patches)
+
+
+def _simulate_strategy(
+    dataset: str,
+    strategy: str,
+    batches: Sequence[tuple[np.ndarray, np.ndarray]],
+    cost: CostModel,
+    config: SimulationConfig,
+    progress: "tqdm | None",
+) -> StrategyResult:
+    solver = config.solver
+    static_degree = None
+    extras: dict[str, object] = {}
+    plans: list[Plan] = []
+    try:
+        baseline = BASELINES.get(strategy)
+        if baseline is not None and baseline.static_algo is not None:
+            longest = max(int(lengths.max()) for lengths, _ in batches)
+            static_degree = static_cp_degree(longest, cost, solver, baseline.static_algo)
+            extras["cp_degree"] = static_degree
+        for lengths, patches in batches:
+            plan = _plan_with(strategy, lengths, patches, cost, solver, static_degree)
+            if config.validate:
+                validate_plan(plan, lengths, cost, patches)
+            plans.append(plan)
+            if progress is not None:
+                progress.update(1)
+    except BaselineInfeasibleError as err:
+        logger.info("%s cannot run %s: %s", strategy, dataset, err)
+        if progress is not None:
+            progress.update(len(batches) - len(plans))
+        return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
+    return StrategyResult(
+        dataset=dataset,
+        strategy=strategy,
+        iteration_ms=tuple(p.predicted_ms for p in plans),
+        lower_bound_ms=tuple(p.lower_bound_ms for p in plans),
+        solver_ms=tuple(p.solver_ms for p in plans),
+        rounds=tuple(p.num_rounds for p in plans),
+        extras=extras,
+    )
+
+
+def draw_batches(config: SimulationConfig, dataset: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The K (lengths, vision patches) batches of `dataset`, drawn in one seeded sweep."""
+    gbs = config.global_batch_size
+    samples = generate_samples(dataset, config.num_batches * gbs, config.seed)
+    return [
+        (samples.lengths[k * gbs : (k + 1) * gbs], samples.vision_patches[k * gbs : (k + 1) * gbs])
+        for k in range(config.num_batches)
+    ]
+
+
+def simulate(config: SimulationConfig, cost: CostModel, *, progress: bool = False) -> SimulationReport:
+    """Plan every batch of every dataset with every strategy; see the module docstring.
+
+    A baseline that cannot run a workload (BaselineInfeasibleError) is reported as such; a sample
+    no strategy can hold (InfeasibleSampleError) is an input error and propagates.
+    """
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        total = len(config.datasets) * len(config.strategies) * config.num_batches
+        bar = tqdm(total=total, desc="simulate", unit="plan", file=sys.stderr)
+    results = []
+    try:
+        for dataset in config.datasets:
+            batches = draw_batches(config, dataset)
+            for strategy in config.strategies:
+                if bar is not None:
+                    bar.set_postfix_str(f"{dataset}/{strategy}")
+                results.append(_simulate_strategy(dataset, strategy, batches, cost, config, bar))
+    finally:
+        if bar is not None:
+            bar.close()
+    return SimulationReport(config=config, results=tuple(results))
+
+
+def plot_report(report: SimulationReport, path: str | Path) -> Path:
+    """Bar chart of each strategy's speedup over the reference, per dataset, written to `path` (PNG)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    datasets = report.config.datasets
+    strategies = report.config.strategies
+    figure = Figure(figsize=(2.2 + 1.6 * len(datasets), 4.0))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    width = 0.8 / len(strategies)
+    for i, strategy in enumerate(strategies):
+        values = [report.speedup(d, strategy) for d in datasets]
+        xs = [j + (i - (len(strategies) - 1) / 2) * width for j in range(len(datasets))]
+        bars = axes.bar(xs, [0.0 if math.isnan(v) else v for v in values], width, label=strategy)
+        for bar, value in zip(bars, values):
+            label = "n/a" if math.isnan(value) else f"{value:.2f}"
+            axes.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                          va="bottom", fontsize=7)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_xticks(range(len(datasets)), list(datasets))
+    axes.set_ylabel(f"speedup over {REFERENCE}")
+    axes.set_title(f"{report.config.solver.num_ranks} ranks, global batch {report.config.global_batch_size}")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    figure.tight_layout()
+    out = Path(path)
+    figure.savefig(out, dpi=120)
+    return out

@@ -1,0 +1,137 @@
+"""Strategy simulator, report table and plots on a small cluster of the Qwen3-VL-8B / A3 preset."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.gantt import draw_plan
+from mindspeed_mm.core.fcp.simulate.simulator import (
+    FCP,
+    REFERENCE,
+    STRATEGIES,
+    SimulationConfig,
+    draw_batches,
+    plot_report,
+    simulate,
+)
+from mindspeed_mm.core.fcp.solver import SolverConfig
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
+from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp, static_cp_degree
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def cost() -> CostModel:
+    return CostModel.from_preset("a3-qwen3vl-8b")
+
+
+@pytest.fixture(scope="module")
+def small_config(cost: CostModel) -> SimulationConfig:
+    return SimulationConfig(
+        solver=SolverConfig(num_ranks=16, ranks_per_node=cost.ranks_per_node),
+        num_batches=2,
+        global_batch_size=64,
+        seed=3,
+    )
+
+
+@pytest.fixture(scope="module")
+def report(small_config: SimulationConfig, cost: CostModel):
+    return simulate(small_config, cost)
+
+
+def test_every_dataset_and_strategy_is_reported(report, small_config: SimulationConfig) -> None:
+    assert [(r.dataset, r.strategy) for r in report.results] == [
+        (d, s) for d in small_config.datasets for s in small_config.strategies
+    ]
+    for r in report.results:
+        assert r.ok, r.error
+        assert len(r.iteration_ms) == len(r.lower_bound_ms) == len(r.solver_ms) == small_config.num_batches
+        # The lower bound holds for every strategy's plan of the same batch.
+        assert all(t >= lb * (1 - 1e-9) for t, lb in zip(r.iteration_ms, r.lower_bound_ms))
+        assert r.ratio_to_lower_bound >= 1 - 1e-9
+
+
+def test_all_strategies_see_the_same_batches_and_bound(report, small_config: SimulationConfig) -> None:
+    for dataset in small_config.datasets:
+        bounds = {report.result(dataset, s).lower_bound_ms for s in small_config.strategies}
+        assert len(bounds) == 1
+
+
+def test_speedups_are_ratios_of_total_predicted_time(report, small_config: SimulationConfig, cost: CostModel) -> None:
+    dataset = "internvid"
+    fcp = report.result(dataset, FCP)
+    reference = report.result(dataset, REFERENCE)
+    assert report.speedup(dataset, FCP) == pytest.approx(sum(reference.iteration_ms) / sum(fcp.iteration_ms))
+    assert report.speedup(dataset, REFERENCE) == pytest.approx(1.0)
+    # The reference is Megatron static CP sized once for the longest sample of the run.
+    batches = draw_batches(small_config, dataset)
+    degree = static_cp_degree(max(int(b[0].max()) for b in batches), cost, small_config.solver, "ring")
+    assert reference.extras["cp_degree"] == degree
+    direct = [
+        megatron_static_cp(lengths, cost, small_config.solver, patches, cp_degree=degree).predicted_ms
+        for lengths, patches in batches
+    ]
+    np.testing.assert_allclose(reference.iteration_ms, direct)
+    first_fcp = plan_batch(batches[0][0], cost, small_config.solver, batches[0][1])
+    assert fcp.iteration_ms[0] == pytest.approx(first_fcp.predicted_ms)
+
+
+def test_simulation_is_deterministic(report, small_config: SimulationConfig, cost: CostModel) -> None:
+    again = simulate(small_config, cost)
+    assert [r.iteration_ms for r in again.results] == [r.iteration_ms for r in report.results]
+
+
+def test_table_lists_every_strategy_with_speedups(report) -> None:
+    table = report.table()
+    for strategy in STRATEGIES:
+        assert strategy in table
+    for dataset in ("msrvtt", "internvid", "openvid"):
+        assert dataset in table
+    assert f"{report.speedup('openvid', FCP):.2f}x" in table
+
+
+def test_infeasible_baseline_is_reported_not_raised(cost: CostModel) -> None:
+    # 12 ranks cannot be tiled by power-of-two aligned groups.
+    config = SimulationConfig(
+        solver=SolverConfig(num_ranks=12, ranks_per_node=cost.ranks_per_node),
+        datasets=("msrvtt",),
+        strategies=(FCP, REFERENCE, "mcore_dynamic_cp"),
+        num_batches=1,
+        global_batch_size=48,
+    )
+    report = simulate(config, cost)
+    mcore = report.result("msrvtt", "mcore_dynamic_cp")
+    assert not mcore.ok and "cannot tile 12 ranks" in mcore.error
+    assert math.isnan(report.speedup("msrvtt", "mcore_dynamic_cp"))
+    assert report.result("msrvtt", FCP).ok
+    assert "msrvtt / mcore_dynamic_cp: mcore_dynamic_cp: power-of-two" in report.table()
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"datasets": ("kinetics",)}, "datasets: unknown dataset 'kinetics'"),
+        ({"strategies": ("fcp", "zero3")}, "strategies: unknown strategy 'zero3'"),
+        ({"strategies": ("fcp", "fcp")}, "must not repeat"),
+        ({"num_batches": 0}, "num_batches must be a positive integer"),
+        ({"global_batch_size": -4}, "global_batch_size must be a positive integer"),
+    ],
+)
+def test_config_rejects_bad_options(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SimulationConfig(solver=SolverConfig(num_ranks=8), **changes)
+
+
+def test_plot_and_gantt_write_png(report, small_config: SimulationConfig, cost: CostModel, tmp_path: Path) -> None:
+    plot = plot_report(report, tmp_path / "speedups.png")
+    assert plot.read_bytes()[:8] == PNG_MAGIC
+    lengths, patches = draw_batches(small_config, "openvid")[0]
+    plan = plan_batch(lengths, cost, small_config.solver, patches)
+    gantt = draw_plan(plan, tmp_path / "plan.png", lengths=lengths)
+    assert gantt.read_bytes()[:8] == PNG_MAGIC
