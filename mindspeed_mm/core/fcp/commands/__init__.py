@@ -1,0 +1,1 @@
+"""Sub-commands of the `fcp` command line; `cli.COMMAND_MODULES` lists them."""

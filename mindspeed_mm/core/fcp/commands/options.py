@@ -1,0 +1,86 @@
+"""Command-line options shared by sub-commands: cost model, cluster shape, argument types."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver import SolverConfig
+
+DEFAULT_PRESET = "a3-qwen3vl-8b"
+"""Cost preset used when neither --preset nor --profile is given."""
+DEFAULT_RANKS = 64
+"""FCP ranks used when --ranks is not given."""
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated names, without blanks."""
+    names = tuple(part.strip() for part in text.split(","))
+    if not names or any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    """--preset / --profile and --max-tokens-per-rank."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--preset", help=f"cost-model preset name (default {DEFAULT_PRESET})")
+    source.add_argument("--profile", type=Path, metavar="FILE", help="profile table JSON measured by `fcp profile`")
+    parser.add_argument(
+        "--max-tokens-per-rank",
+        type=positive_int,
+        metavar="TOKENS",
+        help="cap on LLM tokens one rank may hold (default: the memory limit of the cost model)",
+    )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """--ranks, --ranks-per-node and --max-degree."""
+    parser.add_argument("--ranks", type=positive_int, default=DEFAULT_RANKS, help="FCP ranks (DP x CP plane)")
+    parser.add_argument(
+        "--ranks-per-node",
+        type=positive_int,
+        help="ranks sharing a node's fast link (default: the cost model's hardware)",
+    )
+    parser.add_argument("--max-degree", type=positive_int, help="largest CP group (default: --ranks)")
+
+
+def cost_model_from_args(args: argparse.Namespace) -> CostModel:
+    """The cost model chosen by --preset / --profile, --max-tokens-per-rank and --ranks-per-node."""
+    ranks_per_node = getattr(args, "ranks_per_node", None)
+    if args.profile is not None:
+        from mindspeed_mm.core.fcp.cost.table import ProfileTable
+
+        try:
+            table = ProfileTable.load(args.profile)
+            if ranks_per_node is not None:
+                hardware = dataclasses.replace(table.hardware, ranks_per_node=ranks_per_node)
+                table = dataclasses.replace(table, hardware=hardware)
+            return CostModel(table, max_tokens_per_rank=args.max_tokens_per_rank)
+        except (ValueError, KeyError) as err:
+            raise ValueError(f"--profile {args.profile}: {err}") from None
+    preset = args.preset or DEFAULT_PRESET
+    node = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
+    try:
+        return CostModel.from_preset(preset, max_tokens_per_rank=args.max_tokens_per_rank, **node)
+    except (ValueError, KeyError) as err:
+        raise ValueError(f"--preset {preset}: {err}") from None
+
+
+def solver_config_from_args(args: argparse.Namespace, cost: CostModel) -> SolverConfig:
+    """The cluster shape from --ranks and --max-degree; the node size is the cost model's."""
+    if args.max_degree is not None and args.max_degree > args.ranks:
+        raise ValueError(f"--max-degree {args.max_degree} exceeds --ranks {args.ranks}")
+    return SolverConfig(num_ranks=args.ranks, ranks_per_node=cost.ranks_per_node, max_degree=args.max_degree)

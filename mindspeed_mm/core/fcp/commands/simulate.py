@@ -1,0 +1,71 @@
+"""`fcp simulate`: plan K global batches per dataset with FCP and every baseline; print the speedups."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mindspeed_mm.core.fcp.commands.options import (
+    DEFAULT_PRESET,
+    add_cluster_arguments,
+    add_cost_arguments,
+    cost_model_from_args,
+    name_list,
+    positive_int,
+    solver_config_from_args,
+)
+from mindspeed_mm.core.fcp.simulate.simulator import STRATEGIES, SimulationConfig, plot_report, simulate
+from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `fcp simulate`."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="compare FCP with the baselines over many batches",
+        description="Plan K global batches of each dataset with every strategy on one cost model and report "
+        "predicted iteration times, speedups over Megatron-LM static CP and ratios to the lower bound.",
+    )
+    parser.add_argument(
+        "--datasets", type=name_list, default=DATASETS, help=f"comma-separated (default {','.join(DATASETS)})"
+    )
+    parser.add_argument(
+        "--strategies", type=name_list, default=STRATEGIES, help=f"comma-separated (default {','.join(STRATEGIES)})"
+    )
+    parser.add_argument("--batches", type=positive_int, default=8, metavar="K", help="batches per dataset (default 8)")
+    parser.add_argument("--global-batch-size", type=positive_int, default=512, help="samples per batch (default 512)")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    add_cluster_arguments(parser)
+    add_cost_arguments(parser)
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the speedups to this file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def _checked(names: tuple[str, ...], known: tuple[str, ...], option: str) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"{option}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{option}: an entry is repeated in {','.join(names)}")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate and print the table."""
+    cost = cost_model_from_args(args)
+    config = SimulationConfig(
+        solver=solver_config_from_args(args, cost),
+        datasets=_checked(tuple(args.datasets), DATASETS, "--datasets"),
+        strategies=_checked(tuple(args.strategies), STRATEGIES, "--strategies"),
+        num_batches=args.batches,
+        global_batch_size=args.global_batch_size,
+        seed=args.seed,
+    )
+    report = simulate(config, cost, progress=not args.no_progress and sys.stderr.isatty())
+    source = f"--profile {args.profile}" if args.profile is not None else f"preset {args.preset or DEFAULT_PRESET}"
+    print(f"{source}, {cost.capacity_tokens:,d} tokens per rank")
+    print(report.table())
+    if args.plot is not None:
+        print(f"plot: {plot_report(report, args.plot)}")
+    return 0
