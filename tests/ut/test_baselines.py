@@ -58,7 +58,8 @@ def test_megatron_adds_rounds_until_the_micro_batches_hold_the_batch() -> None:
 
 
 def test_megatron_rejects_a_batch_too_small_for_the_replicas() -> None:
-    with pytest.raises(BaselineInfeasibleError, match="2 samples cannot give each of the 4 data-parallel replicas a micro-batch in each of 1 rounds"):
+    message = "2 samples cannot give each of the 4 data-parallel replicas a micro-batch in each of 1 rounds"
+    with pytest.raises(BaselineInfeasibleError, match=message):
         megatron_static_cp([10, 10], _tiny(), SolverConfig(num_ranks=4))
 
 

@@ -78,7 +78,9 @@ def test_simulate_prints_the_strategy_table(tmp_path: Path, capsys: pytest.Captu
         (["simulate", "--datasets", "msrvtt,"], "argument --datasets: expected comma-separated names"),
     ],
 )
-def test_bad_options_exit_2_naming_the_option(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_exit_2_naming_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
 

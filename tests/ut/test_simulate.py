@@ -96,7 +96,7 @@ def test_table_lists_every_strategy_with_speedups(report) -> None:
     assert f"{report.speedup('openvid', FCP):.2f}x" in table
 
 
-def test_infeasible_baseline_is_reported_not_raised(cost: CostModel) -> None:
+def test_infeasible_baseline_is_reported_not_raised(cost: CostModel, capsys: pytest.CaptureFixture[str]) -> None:
     # 12 ranks cannot be tiled by power-of-two aligned groups.
     config = SimulationConfig(
         solver=SolverConfig(num_ranks=12, ranks_per_node=cost.ranks_per_node),
@@ -105,7 +105,10 @@ def test_infeasible_baseline_is_reported_not_raised(cost: CostModel) -> None:
         num_batches=1,
         global_batch_size=48,
     )
-    report = simulate(config, cost)
+    report = simulate(config, cost, progress=True)
+    # The progress bar counts the skipped strategy's batches too, and goes to stderr.
+    captured = capsys.readouterr()
+    assert "3/3" in captured.err and captured.out == ""
     mcore = report.result("msrvtt", "mcore_dynamic_cp")
     assert not mcore.ok and "cannot tile 12 ranks" in mcore.error
     assert math.isnan(report.speedup("msrvtt", "mcore_dynamic_cp"))

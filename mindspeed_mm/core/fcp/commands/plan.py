@@ -35,8 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Split the FCP ranks into context-parallel groups for one global batch and print the plan.",
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--dataset", choices=DATASETS, help=f"draw the batch from a generator (default {DEFAULT_DATASET})")
-    source.add_argument("--lengths", type=Path, metavar="FILE", help="sample lengths: one integer per line, or a JSON list")
+    source.add_argument(
+        "--dataset", choices=DATASETS, help=f"draw the batch from a generator (default {DEFAULT_DATASET})"
+    )
+    source.add_argument(
+        "--lengths", type=Path, metavar="FILE", help="sample lengths: one integer per line, or a JSON list"
+    )
     parser.add_argument(
         "--batch-size", type=positive_int, help=f"samples drawn with --dataset (default {DEFAULT_BATCH_SIZE})"
     )

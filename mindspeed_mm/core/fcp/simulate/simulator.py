@@ -21,7 +21,12 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS, generate_samples
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
-from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
+from mindspeed_mm.core.fcp.solver.baselines import (
+    BASELINES,
+    BaselineInfeasibleError,
+    get_baseline,
+    static_cp_degree,
+)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -221,7 +226,7 @@ def _plan_with(
 ) -> Plan:
     if strategy == FCP:
         return plan_batch(lengths, cost, config, patches)
-    baseline = BASELINES[strategy]
+    baseline = get_baseline(strategy)
     if baseline.static_algo is not None:
         return baseline.planner(lengths, cost, config, patches, cp_degree=static_degree)
     return baseline.planner(lengths, cost, config, patches)

@@ -192,7 +192,9 @@ def _pick_resolution(
     return heights[choice], widths[choice]
 
 
-def _caption_words(rng: np.random.Generator, n: int, mu: float, sigma: float, low: int, high: int | None) -> np.ndarray:
+def _caption_words(
+    rng: np.random.Generator, n: int, mu: float, sigma: float, low: int, high: int | None
+) -> np.ndarray:
     words = np.rint(rng.lognormal(mu, sigma, size=n)).astype(np.int64)
     return np.clip(words, low, high if high is not None else np.iinfo(np.int64).max)
 
@@ -203,7 +205,9 @@ def _draw_msrvtt(rng: np.random.Generator, n: int) -> _Draws:
     return _Draws(durations, height, width, _caption_words(rng, n, 2.169, 0.35, 2, 40))
 
 
-def _lognormal_in_range(rng: np.random.Generator, n: int, mu: float, sigma: float, low: float, high: float) -> np.ndarray:
+def _lognormal_in_range(
+    rng: np.random.Generator, n: int, mu: float, sigma: float, low: float, high: float
+) -> np.ndarray:
     """Log-normal draws restricted to [low, high] by redrawing the ones outside."""
     values = rng.lognormal(mu, sigma, size=n)
     outside = (values < low) | (values > high)

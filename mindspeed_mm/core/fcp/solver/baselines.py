@@ -64,8 +64,6 @@ class Baseline:
 
     name: str
     """Registry name, as used on the command line."""
-    description: str
-    """One line for reports."""
     planner: BaselinePlanner
     """Builds the strategy's plan for one global batch."""
     static_algo: str | None
@@ -92,7 +90,9 @@ def _checked_lengths(
     return values.astype(np.int64)
 
 
-def _workload(cost: CostModel, samples: Sequence[int], lengths: np.ndarray, patches: Sequence[int] | None) -> GroupWorkload:
+def _workload(
+    cost: CostModel, samples: Sequence[int], lengths: np.ndarray, patches: Sequence[int] | None
+) -> GroupWorkload:
     return cost.workload(
         [int(lengths[s]) for s in samples], None if patches is None else [int(patches[s]) for s in samples]
     )
@@ -353,7 +353,7 @@ def mcore_dynamic_cp(
                 f"mcore_dynamic_cp: sample {index} ({int(values[index])} tokens) needs a power-of-two degree "
                 f"{degree} above the largest allowed power of two {limit}"
             )
-    single = [cost.workload([int(values[i])], None if patches is None else [int(patches[i])]) for i in range(values.size)]
+    single = [_workload(cost, [i], values, patches) for i in range(values.size)]
     remaining = sorted(range(values.size), key=lambda i: (-int(values[i]), i))
     rounds: list[RoundPlan] = []
     while remaining:
@@ -398,10 +398,10 @@ def mcore_dynamic_cp(
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
-        Baseline("megatron_static_cp", "Megatron-LM static ring CP, DP = N / CP", megatron_static_cp, RING),
-        Baseline("deepspeed_ulysses", "DeepSpeed-Ulysses static CP, DP = N / CP", deepspeed_ulysses, ULYSSES),
-        Baseline("mcore_dynamic_cp", "Megatron-Core dynamic CP, power-of-two groups", mcore_dynamic_cp, None),
-        Baseline("mindspeed_dp_cp_switch", "MindSpeed-MM DP/CP switch per step", mindspeed_dp_cp_switch, None),
+        Baseline("megatron_static_cp", megatron_static_cp, RING),
+        Baseline("deepspeed_ulysses", deepspeed_ulysses, ULYSSES),
+        Baseline("mcore_dynamic_cp", mcore_dynamic_cp, None),
+        Baseline("mindspeed_dp_cp_switch", mindspeed_dp_cp_switch, None),
     )
 }
 """Baseline strategies by name."""
