@@ -71,9 +71,11 @@ class MemoryTracker:
             )
         tracked = self._tracked_bytes()
         self._peak_tracked = max(self._peak_tracked, tracked)
+        resident = _resident_bytes()
+        # The kernel's peak is sampled at different moments than /proc/self/statm: keep them ordered.
         return MemoryStats(
             allocated_mb=tracked / _MB,
             max_allocated_mb=self._peak_tracked / _MB,
-            reserved_mb=_resident_bytes() / _MB,
-            max_reserved_mb=_peak_resident_bytes() / _MB,
+            reserved_mb=resident / _MB,
+            max_reserved_mb=max(resident, _peak_resident_bytes()) / _MB,
         )
