@@ -29,14 +29,23 @@ class CaseRecord:
     """What one rank checked in one case, with the bytes it sent."""
 
     group: tuple[int, ...]
+    """Global ranks of the group."""
     degree: int
+    """Size of the group."""
     group_rank: int
+    """This rank's index in the group."""
     algo: str
+    """"ring" or "ulysses"."""
     dtype: torch.dtype
+    """Dtype of q, k, v."""
     causal: bool
+    """Causal or full mask."""
     kv_heads: int
+    """Key/value heads (HEADS for MHA)."""
     shard_lengths: tuple[int, ...]
+    """Tokens held by each rank of the group."""
     stats: CommStats
+    """Bytes this rank sent in the case."""
 
 
 def _batch_lengths(degree: int, seed: int) -> list[int]:
