@@ -70,6 +70,7 @@ def test_simulate_prints_the_strategy_table(tmp_path: Path, capsys: pytest.Captu
     [
         (["plan", "--ranks", "0"], "argument --ranks: must be a positive integer, got 0"),
         (["plan", "--batch-size", "x"], "argument --batch-size: expected a positive integer, got 'x'"),
+        (["plan", "--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
         (["plan", "--dataset", "kinetics"], "argument --dataset: invalid choice: 'kinetics'"),
         (["plan", "--ranks", "8", "--max-degree", "16"], "--max-degree 16 exceeds --ranks 8"),
         (["plan", "--preset", "no-such-preset"], "--preset no-such-preset"),

@@ -123,8 +123,10 @@ def test_generate_rejects_bad_arguments() -> None:
         generate("kinetics", 10, 0)
     with pytest.raises(ValueError, match="n must be a positive integer"):
         generate("msrvtt", 0, 0)
-    with pytest.raises(ValueError, match="seed must be an integer"):
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got 1.5"):
         generate("msrvtt", 4, 1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -2"):
+        generate("msrvtt", 4, -2)
 
 
 def test_load_lengths_lines_and_json(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from mindspeed_mm.core.fcp.commands.options import (
     add_cluster_arguments,
     add_cost_arguments,
     cost_model_from_args,
+    non_negative_int,
     positive_int,
     solver_config_from_args,
 )
@@ -44,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--batch-size", type=positive_int, help=f"samples drawn with --dataset (default {DEFAULT_BATCH_SIZE})"
     )
-    parser.add_argument("--seed", type=int, default=0, help="generator seed for --dataset (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="generator seed for --dataset (default 0)")
     add_cluster_arguments(parser)
     add_cost_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of text")

@@ -11,6 +11,7 @@ from mindspeed_mm.core.fcp.commands.options import (
     add_cost_arguments,
     cost_model_from_args,
     name_list,
+    non_negative_int,
     positive_int,
     solver_config_from_args,
 )
@@ -34,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--batches", type=positive_int, default=8, metavar="K", help="batches per dataset (default 8)")
     parser.add_argument("--global-batch-size", type=positive_int, default=512, help="samples per batch (default 512)")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="generator seed (default 0)")
     add_cluster_arguments(parser)
     add_cost_arguments(parser)
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the speedups to this file")

@@ -245,8 +245,8 @@ def generate_samples(name: str, n: int, seed: int) -> SampleBatch:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
         raise ValueError(f"number of samples n must be a positive integer, got {n!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     draws = _GENERATORS[name](np.random.default_rng(int(seed)), int(n))
     video = video_token_counts(draws.durations_s, draws.height, draws.width)
     text = text_token_count(draws.words)
