@@ -35,7 +35,8 @@ RUN_TIMEOUT_S = 300
 
 def _train(config: str, output_dir: Path, nproc: int | None) -> str:
     """Runs `fcp train` (under torchrun when `nproc` is given, else `--reference`); returns stdout."""
-    command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "train", config, "--cpu", "--output-dir", str(output_dir)]
+    command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "train", config, "--cpu"]
+    command += ["--output-dir", str(output_dir)]
     if nproc is None:
         command.append("--reference")
     else:
@@ -43,7 +44,9 @@ def _train(config: str, output_dir: Path, nproc: int | None) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
     if done.returncode != 0:
-        raise AssertionError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        raise AssertionError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
     return done.stdout
 
 

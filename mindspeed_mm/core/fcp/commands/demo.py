@@ -109,7 +109,10 @@ def _train_part(args: argparse.Namespace) -> int:
     steps = result["steps"]
     mean = {k: float(np.mean([s["timings_ms"][k] for s in steps[1:] or steps])) for k in steps[0]["timings_ms"]}
     degrees = sorted({d for s in steps for r in s["round_degrees"] for d in r})
-    print(f"  loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f} over {len(steps)} steps; group degrees used: {degrees}")
+    print(
+        f"  loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f} over {len(steps)} steps; "
+        f"group degrees used: {degrees}"
+    )
     print(
         f"  mean step {mean['step_ms']:.0f} ms: plan wait {mean['plan_wait_ms']:.1f}, forward/backward "
         f"{mean['forward_backward_ms']:.0f}, gradient sync {mean['grad_sync_ms']:.1f} ms"

@@ -25,10 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "re-planning the context-parallel groups every step (fcp_cp_algo) or with Megatron's static ring CP "
         "(megatron_cp_algo). Logs follow Megatron's format.",
     )
-    parser.add_argument(
-        "config",
-        help=f"run YAML, or the name of a shipped one ({', '.join(n.removesuffix('.yaml') for n in embedded_config_names())})",
-    )
+    shipped = ", ".join(name.removesuffix(".yaml") for name in embedded_config_names())
+    parser.add_argument("config", help=f"run YAML, or the name of a shipped one ({shipped})")
     parser.add_argument("--output-dir", type=Path, help="rank 0 writes result.json and final_state.pt here")
     parser.add_argument(
         "--reference", action="store_true", help="run the single-process unsharded reference instead (one process)"

@@ -126,7 +126,7 @@ class FCPConfig:
     async_planning: bool = _key("fcp_async_planning", True)
     """Plan step t+1 in a background thread while step t runs."""
     group_pool: Literal["lazy", "prewarm"] = _key("fcp_group_pool", "lazy")
-    """`lazy`: create a group before the first step whose plan uses it; `prewarm`: every contiguous group at start-up."""
+    """`lazy`: create a group before the first step whose plan uses it; `prewarm`: all contiguous groups at start."""
     ranks_per_node: int | None = _key("fcp_ranks_per_node", None)
     """Ranks sharing a node's fast link; None takes the cost model's hardware value."""
     log_plan: bool = _key("fcp_log_plan", True)

@@ -16,19 +16,21 @@ class PlanMismatchError(RuntimeError):
     """Ranks computed different plans for the same step."""
 
 
-def check_plan_agreement(plan: Plan, step: int, group: dist.ProcessGroup | None = None) -> None:
+def check_plan_agreement(
+    plan: Plan, step: int, group: dist.ProcessGroup | None = None, device: torch.device | None = None
+) -> None:
     """All-gathers the plan digest; raises `PlanMismatchError` naming the step and the disagreeing ranks.
 
     Every rank raises the same error, so a mismatch stops training instead of leaving ranks waiting
-    in different communication groups.
+    in different communication groups. `device` is where the backend communicates (default: CPU).
     """
-    mine = torch.frombuffer(bytearray(bytes.fromhex(plan.digest())), dtype=torch.uint8)
+    mine = torch.frombuffer(bytearray(bytes.fromhex(plan.digest())), dtype=torch.uint8).to(device or "cpu")
     if mine.numel() != _DIGEST_BYTES:
         raise ValueError(f"plan digest must be {_DIGEST_BYTES} bytes of sha256, got {mine.numel()}")
     world = dist.get_world_size(group)
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine, group=group)
-    digests = [bytes(t.tolist()).hex() for t in gathered]
+    digests = [bytes(t.cpu().tolist()).hex() for t in gathered]
     if len(set(digests)) > 1:
         differing = [r for r, d in enumerate(digests) if d != digests[0]]
         raise PlanMismatchError(

@@ -8,8 +8,8 @@ from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
-from mindspeed_mm.core.fcp.solver.planner import plan_batch
 from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
 
 
 def build_cost_model(config: RunConfig) -> CostModel:

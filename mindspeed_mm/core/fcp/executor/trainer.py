@@ -111,7 +111,7 @@ class Trainer:
         plan = planned.plan
 
         checked = time.perf_counter()
-        check_plan_agreement(plan, step)
+        check_plan_agreement(plan, step, device=self.context.device)
         check_plan_executable(plan, step, self.context.world_size, self.sampler.batch_lengths(step), self.planner.cost)
         self.groups.prepare(plan)
         plan_check_ms = (time.perf_counter() - checked) * 1e3
@@ -155,9 +155,13 @@ class Trainer:
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
+        summed = summed.to(self.context.device)
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        summed = summed.cpu()
         round_ms = torch.tensor([r.forward_backward_ms for r in output.rounds], dtype=torch.float64)
+        round_ms = round_ms.to(self.context.device)
         dist.all_reduce(round_ms, op=dist.ReduceOp.MAX)
+        round_ms = round_ms.cpu()
 
         indices = self.sampler.batch_indices(step)
         lengths = self.sampler.batch_lengths(step)
