@@ -1,5 +1,6 @@
 """Round runner on 4 gloo ranks: a hand-made plan with groups of 3, 2 and 1 (ring and Ulysses) gives the
-single-process reference's loss and gradients; token accounting and plan agreement checks."""
+single-process reference's loss and gradients; token accounting and plan agreement checks; a group with
+fewer tokens than ranks (padded so no rank is left empty) still gives the reference's gradients."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,16 @@ import torch
 from distributed_utils import run_distributed
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.executor.config import parse_run_config
+from mindspeed_mm.core.fcp.executor.dataset import Sample, build_dataset
+from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
+from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
+from mindspeed_mm.core.fcp.executor.model import build_gpt_model
+from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.executor.plan_check import PlanMismatchError, check_plan_agreement, check_plan_executable
+from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
+from mindspeed_mm.core.fcp.executor.runner import RoundRunner
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
 
 WORLD_SIZE = 4
@@ -50,17 +61,31 @@ def _plan() -> Plan:
     return Plan(rounds=rounds, predicted_ms=2.0, lower_bound_ms=1.0, solver_ms=0.0, num_ranks=WORLD_SIZE)
 
 
+TINY = Sample(index=0, tokens=torch.tensor([3, 9, 4]), labels=torch.tensor([9, 4, 7]), loss_mask=torch.ones(3))
+
+
+def _tiny_group_step(model: torch.nn.Module, groups: PlanGroupCache, rank: int) -> dict:
+    """A 3-token sample on a group of all 4 ranks, with each algo: loss and summed gradients."""
+    groups.create([(0, 1, 2, 3)])
+    out = {}
+    for algo in ("ring", "ulysses"):
+        model.zero_grad(set_to_none=True)
+        batch = build_shard_batch([TINY], rank_in_group=rank, degree=4, group=groups.get((0, 1, 2, 3)), algo=algo)
+        losses = model(
+            batch.tokens, batch.position_ids, None, labels=batch.labels, packed_seq_params=batch.packed_seq_params
+        ).reshape(-1)
+        loss = (losses * batch.loss_mask).sum()
+        loss.backward()
+        params = list(model.parameters())
+        allreduce_gradients(params)
+        total = loss.detach().clone()
+        torch.distributed.all_reduce(total)
+        out[algo] = (float(total), batch.tokens.shape[1], {n: p.grad.clone() for n, p in model.named_parameters()})
+    return out
+
+
 def _worker(rank: int, world_size: int) -> dict:
     from megatron.core import parallel_state
-
-    from mindspeed_mm.core.fcp.executor.dataset import build_dataset
-    from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-    from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
-    from mindspeed_mm.core.fcp.executor.model import build_gpt_model
-    from mindspeed_mm.core.fcp.executor.plan_check import PlanMismatchError, check_plan_agreement
-    from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
-    from mindspeed_mm.core.fcp.executor.runner import RoundRunner
-    from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 
     parallel_state.initialize_model_parallel(1, 1)
     config = parse_run_config(CONFIG)
@@ -90,10 +115,9 @@ def _worker(rank: int, world_size: int) -> dict:
         result["mismatch"] = None
     except PlanMismatchError as err:
         result["mismatch"] = str(err)
+    result["tiny"] = _tiny_group_step(model, groups, rank)
     if rank == 0:
         reference = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
-        from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-
         total = 0.0
         normaliser = sampler.batch_loss_tokens(0)
         for index in sampler.batch_indices(0):
@@ -113,14 +137,33 @@ def _worker(rank: int, world_size: int) -> dict:
             total += float(sample_loss)
         result["reference_loss"] = total / normaliser
         result["reference_grads"] = {name: p.grad.clone() for name, p in reference.named_parameters()}
+        reference.zero_grad(set_to_none=True)
+        tiny_losses = reference(
+            TINY.tokens[None],
+            torch.arange(TINY.length)[None],
+            None,
+            labels=TINY.labels[None],
+            packed_seq_params=FCPPackedSeqParams(
+                cu_seqlens=torch.tensor([0, TINY.length]), position_ids=torch.arange(TINY.length)
+            ),
+        ).reshape(-1)
+        tiny_losses.sum().backward()
+        result["tiny_reference"] = (
+            float(tiny_losses.sum()),
+            {name: p.grad.clone() for name, p in reference.named_parameters()},
+        )
         result["lengths"] = dataset.lengths.tolist()
         result["loss_token_counts"] = dataset.loss_tokens.tolist()
     parallel_state.destroy_model_parallel()
     return result
 
 
-def test_plan_execution_matches_single_process_reference() -> None:
-    results = run_distributed(_worker, WORLD_SIZE, timeout_s=240.0)
+@pytest.fixture(scope="module")
+def results() -> list[dict]:
+    return run_distributed(_worker, WORLD_SIZE, timeout_s=240.0)
+
+
+def test_plan_execution_matches_single_process_reference(results: list[dict]) -> None:
     reference = results[0]
     for rank, result in enumerate(results):
         assert result["loss"] == pytest.approx(reference["reference_loss"], rel=1e-5)
@@ -139,9 +182,19 @@ def test_plan_execution_matches_single_process_reference() -> None:
     assert results[1]["rounds"] == [((0, 1, 2), "ring", (0, 1)), ((0, 1), "ulysses", (3,))]
 
 
-def test_plan_missing_a_rank_is_rejected_before_running() -> None:
-    from mindspeed_mm.core.fcp.executor.plan_check import check_plan_executable
+def test_group_with_fewer_tokens_than_ranks_matches_reference(results: list[dict]) -> None:
+    expected_loss, expected_grads = results[0]["tiny_reference"]
+    for algo in ("ring", "ulysses"):
+        # 3 tokens on 4 ranks: the padding document gives every rank tokens to hold
+        assert all(r["tiny"][algo][1] > 0 for r in results)
+        for rank, result in enumerate(results):
+            loss, _, grads = result["tiny"][algo]
+            assert loss == pytest.approx(expected_loss, rel=1e-5)
+            for name, grad in grads.items():
+                torch.testing.assert_close(grad, expected_grads[name], msg=f"{algo} rank {rank} {name}")
 
+
+def test_plan_missing_a_rank_is_rejected_before_running() -> None:
     cost = CostModel.from_preset("cpu-tiny")
     plan = _plan()
     short_round = RoundPlan(groups=plan.rounds[1].groups[:1], predicted_ms=1.0)

@@ -9,7 +9,10 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.dataset import Sample
 from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_shard
+from mindspeed_mm.core.fcp.parallel import zigzag_layout, zigzag_positions, zigzag_shard
+
+PADDING_SAMPLE_ID = -1
+"""`ShardBatch.sample_ids` value of padding tokens."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +59,26 @@ def build_shard_batch(
     group: dist.ProcessGroup | None,
     algo: str,
 ) -> ShardBatch:
-    """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard."""
+    """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard.
+
+    A group holding fewer tokens than ranks would leave some rank an empty shard, which
+    megatron-core's attention cannot reshape; the batch then gets one extra padding document of
+    `2 * degree` tokens (two per rank, no loss, attending only to itself), decided identically on
+    every rank of the group, so the real tokens' outputs and gradients are unchanged.
+    """
     if not samples:
         raise ValueError("a group must hold at least one sample")
     if not 0 <= rank_in_group < degree:
         raise ValueError(f"rank_in_group {rank_in_group} is outside a group of degree {degree}")
-    lengths = torch.tensor([s.length for s in samples], dtype=torch.int64)
-    cu_seqlens = torch.zeros(len(samples) + 1, dtype=torch.int64)
-    torch.cumsum(lengths, dim=0, out=cu_seqlens[1:])
-    sample_ids = torch.repeat_interleave(torch.tensor([s.index for s in samples], dtype=torch.int64), lengths)
+    samples = list(samples)
+    lengths = [s.length for s in samples]
+    if min(shard.length for shard in zigzag_layout(_cumulative(lengths), degree).shards) == 0:
+        samples.append(_padding_document(2 * degree))
+        lengths.append(2 * degree)
+    cu_seqlens = _cumulative(lengths)
+    sample_ids = torch.repeat_interleave(
+        torch.tensor([s.index for s in samples], dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
+    )
 
     def shard(x: torch.Tensor) -> torch.Tensor:
         return zigzag_shard(x, cu_seqlens, rank_in_group, degree)
@@ -80,3 +94,14 @@ def build_shard_batch(
             cu_seqlens=cu_seqlens, position_ids=positions, group=group, degree=degree, algo=algo
         ),
     )
+
+
+def _cumulative(lengths: Sequence[int]) -> torch.Tensor:
+    cu_seqlens = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor(lengths, dtype=torch.int64), dim=0, out=cu_seqlens[1:])
+    return cu_seqlens
+
+
+def _padding_document(length: int) -> Sample:
+    zeros = torch.zeros(length, dtype=torch.int64)
+    return Sample(index=PADDING_SAMPLE_ID, tokens=zeros, labels=zeros, loss_mask=torch.zeros(length))
