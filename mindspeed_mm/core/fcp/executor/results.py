@@ -42,7 +42,10 @@ class StepRecord:
     measured_round_ms: list[float]
     """Slowest rank's forward + backward time in each round."""
     timings_ms: dict[str, float]
-    """Mean over ranks of plan wait, plan check, forward/backward, gradient sync, optimizer and whole step."""
+    """Mean over ranks, in ms: `plan_wait_ms` (training thread blocked on the plan), `plan_check_ms` (digest
+    all-gather, which also waits for the last rank to start the step, plan validation, creation of new
+    groups), `forward_backward_ms` (all rounds), `grad_sync_ms` (the gradient all-reduce, including waiting
+    for the slowest rank), `optimizer_ms` and `step_ms` (the whole step)."""
 
 
 @dataclass

@@ -47,7 +47,7 @@ class RoundRecord:
     predicted_ms: float
     """Planner's predicted time of the group."""
     forward_backward_ms: float
-    """Measured forward + backward wall time of this rank in the round."""
+    """Measured wall time of this rank in the round: loading its samples, sharding, forward and backward."""
 
 
 @dataclass
