@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mindspeed_mm.core.fcp.executor.config import DataConfig
-from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset
+from mindspeed_mm.core.fcp.executor.dataset import LENGTH_BLOCK, SyntheticDataset, block_seed
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
@@ -20,10 +20,18 @@ def _dataset(num_samples: int = 24, seq_length: int = 96) -> SyntheticDataset:
 
 def test_lengths_follow_the_scaled_generator_and_are_truncated() -> None:
     dataset = _dataset()
-    expected = np.minimum(scale_lengths(generate("openvid", 24, 3), 64.0, 8), 96)
-    np.testing.assert_array_equal(dataset.lengths, expected)
-    assert dataset.lengths.max() <= 96 and dataset.lengths.min() >= 8
+    expected = np.minimum(scale_lengths(generate("openvid", LENGTH_BLOCK, block_seed(3, 0)), 64.0, 8), 96)
+    np.testing.assert_array_equal(dataset.lengths, expected[:24])
+    assert dataset.lengths.max() == 96 and dataset.lengths.min() >= 8
     assert not dataset.lengths.flags.writeable
+
+
+def test_a_sample_does_not_depend_on_the_dataset_size() -> None:
+    small, large = _dataset(24), _dataset(LENGTH_BLOCK + 50)
+    np.testing.assert_array_equal(small.lengths, large.lengths[:24])
+    np.testing.assert_array_equal(small.loss_tokens, large.loss_tokens[:24])
+    torch.testing.assert_close(small[7].tokens, large[7].tokens, rtol=0, atol=0)
+    assert not np.array_equal(large.lengths[:50], large.lengths[LENGTH_BLOCK:])
 
 
 def test_samples_are_deterministic_and_consistent_with_metadata() -> None:

@@ -69,7 +69,9 @@ def test_infeasible_sample_is_named_before_training() -> None:
 
 
 def test_fcp_train_reports_the_sample_and_exits_with_usage_error() -> None:
-    # One process means groups of one rank: sample 0 (72 tokens) cannot fit 48 tokens per rank.
+    # One process means groups of one rank: the first sample above 48 tokens cannot fit.
+    lengths = build_dataset(load_run_config("tiny_qwen3_fcp")).lengths
+    first = int(np.flatnonzero(lengths > 48)[0])
     done = subprocess.run(
         [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "train", "tiny_qwen3_fcp", "--cpu"],
         capture_output=True,
@@ -77,5 +79,7 @@ def test_fcp_train_reports_the_sample_and_exits_with_usage_error() -> None:
         timeout=120,
     )
     assert done.returncode == 2
-    assert "fcp train: error: sample 0 (length 72 tokens) needs at least 2 ranks at 48 tokens per rank" in done.stderr
+    length = int(lengths[first])
+    message = f"sample {first} (length {length} tokens) needs at least {-(-length // 48)} ranks at 48 tokens per rank"
+    assert f"fcp train: error: {message}" in done.stderr
     assert "iteration" not in done.stdout

@@ -23,6 +23,14 @@ _RECURRENCE_MULTIPLIER = 7
 _RECURRENCE_INCREMENT = 3
 _RECURRENCE_PROBABILITY = 0.75
 _SEED_STRIDE = 1_000_003
+LENGTH_BLOCK = 1024
+"""Lengths are drawn in blocks of this many samples, each from its own seed, so that sample i's length
+depends only on (seed, i) and not on how many samples the run needs."""
+
+
+def block_seed(seed: int, block: int) -> int:
+    """Generator seed of block `block` of the lengths of a dataset seeded with `seed`."""
+    return int(np.random.SeedSequence([seed, block]).generate_state(1)[0])
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,10 @@ class SyntheticDataset:
     def __init__(self, config: DataConfig, *, num_samples: int, seq_length: int, vocab_size: int, token_seed: int):
         if num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
-        raw = generate(config.dataset, num_samples, config.seed)
+        blocks = -(-num_samples // LENGTH_BLOCK)
+        raw = np.concatenate(
+            [generate(config.dataset, LENGTH_BLOCK, block_seed(config.seed, b)) for b in range(blocks)]
+        )[:num_samples]
         scaled = scale_lengths(raw, config.length_scale, config.min_length)
         truncated = int(np.count_nonzero(scaled > seq_length))
         if truncated:
