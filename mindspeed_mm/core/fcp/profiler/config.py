@@ -1,0 +1,121 @@
+"""What `fcp profile` measures and how: model shape, device, grids, repeats; checked on construction."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+
+import torch
+
+from mindspeed_mm.core.fcp.cost.presets import MODELS
+from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape
+from mindspeed_mm.core.fcp.profiler.timing import STATISTICS
+from mindspeed_mm.core.fcp.profiler.world import check_backend
+
+DEFAULT_ATTENTION_LENGTHS = (16, 32, 64, 128, 256, 512)
+DEFAULT_LINEAR_TOKENS = (64, 256, 1024, 2048)
+DEFAULT_MESSAGE_BYTES = (1024, 16384, 131072, 1048576)
+DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+
+def model_shape(name: str) -> ModelShape:
+    """The decoder shape of a model preset (`tiny`, `qwen3vl-8b`, ...); the vision encoder is not profiled."""
+    if name not in MODELS:
+        raise ValueError(f"--model: unknown model {name!r}; valid: {sorted(MODELS)}")
+    dec = MODELS[name].decoder
+    return ModelShape(name=name, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
+                      head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal", vision=None)
+
+
+def check_device(device: str) -> None:
+    """Raise ValueError when ``device`` is not usable in this process."""
+    if device not in DEVICES:
+        raise ValueError(f"--device must be one of {list(DEVICES)}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is visible to torch here")
+    if device == "npu" and importlib.util.find_spec("torch_npu") is None:
+        raise ValueError("--device npu: torch_npu is not installed")
+
+
+def _check_sizes(option: str, values: tuple[int, ...], minimum: int = 1, at_least: int = 2) -> None:
+    if len(values) < at_least:
+        raise ValueError(f"{option} needs at least {at_least} values, got {list(values)}")
+    for index, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{option}[{index}] must be an int >= {minimum}, got {value!r}")
+    if list(values) != sorted(set(values)):
+        raise ValueError(f"{option} must be strictly increasing, got {list(values)}")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Everything one profiling run needs; invalid values raise ValueError naming the option."""
+
+    model: ModelShape = field(default_factory=lambda: model_shape("tiny"))
+    """Decoder shape to profile (one rank's shard: TP = PP = 1)."""
+    dtype: str = "fp32"
+    """Activation / parameter dtype: one of DTYPES."""
+    device: str = "cpu"
+    """Device kind: one of DEVICES."""
+    backend: str = "gloo"
+    """torch.distributed backend of the communication measurements."""
+    world_size: int = 4
+    """Processes measuring at once; also the largest group size of the communication grids."""
+    ranks_per_node: int = 8
+    """Ranks sharing a node's fast links (recorded in the table; a CPU host is one node)."""
+    attention_lengths: tuple[int, ...] = DEFAULT_ATTENTION_LENGTHS
+    """Document lengths (tokens) of the attention grids."""
+    attention_docs_per_call: int = 8
+    """Documents packed into each timed attention call; the grids hold the time per document."""
+    linear_tokens: tuple[int, ...] = DEFAULT_LINEAR_TOKENS
+    """Batch sizes (tokens) of the linear-layer measurements."""
+    message_bytes: tuple[int, ...] = DEFAULT_MESSAGE_BYTES
+    """Message sizes of the point-to-point and all-to-all grids (bytes each rank sends)."""
+    warmup: int = 2
+    """Untimed runs before each measurement."""
+    repeats: int = 7
+    """Timed samples per measurement."""
+    min_sample_ms: float = 30.0
+    """Each sample repeats the operation back to back for at least this long (steady host sharing)."""
+    statistic: str = "median"
+    """How repeats are summarised: one of STATISTICS."""
+    seed: int = 0
+    """Seed of weights and synthetic inputs."""
+    timeout_s: float = 600.0
+    """Limit on one measurement world (seconds)."""
+    nice: int | None = None
+    """Scheduling priority of the measuring processes, -20..19 (None: unchanged); see `world.raise_priority`."""
+
+    def __post_init__(self) -> None:
+        check_device(self.device)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {list(DTYPES)}, got {self.dtype!r}")
+        if self.device == "cpu" and self.dtype != "fp32":
+            raise ValueError(f"--dtype {self.dtype}: the CPU profile runs fp32 only")
+        check_backend(self.backend, self.device)
+        for option, value in (("--world-size", self.world_size), ("--ranks-per-node", self.ranks_per_node),
+                              ("--repeats", self.repeats),
+                              ("--attention-docs-per-call", self.attention_docs_per_call)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{option} must be a positive int, got {value!r}")
+        if self.world_size < 2:
+            raise ValueError(f"--world-size must be >= 2 to measure communication, got {self.world_size}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"--warmup must be an int >= 0, got {self.warmup!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"--statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
+        if self.nice is not None and (isinstance(self.nice, bool) or not isinstance(self.nice, int)
+                                      or not -20 <= self.nice <= 19):
+            raise ValueError(f"--nice must be an int in -20..19, got {self.nice!r}")
+        if isinstance(self.min_sample_ms, bool) or not isinstance(self.min_sample_ms, (int, float)) \
+                or not 0 <= self.min_sample_ms < 10_000:
+            raise ValueError(f"--min-sample-ms must be a number in [0, 10000), got {self.min_sample_ms!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        _check_sizes("--attention-lengths", self.attention_lengths, minimum=2, at_least=3)
+        _check_sizes("--linear-tokens", self.linear_tokens, at_least=2)
+        _check_sizes("--message-bytes", self.message_bytes, at_least=2)
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device every rank measures on (a CUDA / NPU rank uses its local index)."""
+        return torch.device(self.device)
