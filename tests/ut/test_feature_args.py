@@ -51,7 +51,7 @@ def test_defaults():
     assert args.fcp_attention_algo == "auto"
     assert args.fcp_async_planning is True
     assert args.fcp_group_pool == "lazy"
-    assert args.fcp_ranks_per_node == 8
+    assert args.fcp_ranks_per_node is None
     assert args.fcp_log_plan is False
 
 

@@ -100,3 +100,49 @@ def test_ulysses_without_any_dividing_degree():
 def test_incompatible_feature():
     with pytest.raises(FCPArgumentError, match="--use-cp-send-recv-overlap"):
         FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--use-cp-send-recv-overlap"))
+
+
+def _with_training_options(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    for flag in ("--context-parallel-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                 "--micro-batch-size"):
+        parser.add_argument(flag, type=int, default=1)
+    parser.add_argument("--calculate-per-token-loss", action="store_true")
+    FCPFeature().register_args(parser)
+    args = parser.parse_args(["--context-parallel-algo", "fcp_cp_algo", "--fcp-preset", "a3-qwen3vl-8b", *argv])
+    args.world_size = 8
+    return args
+
+
+def test_micro_batch_size_must_be_one():
+    with pytest.raises(FCPArgumentError, match="--micro-batch-size=2"):
+        FCPFeature().validate_args(_with_training_options("--micro-batch-size", "2", "--calculate-per-token-loss"))
+
+
+def test_per_token_loss_required_when_megatron_has_the_option():
+    with pytest.raises(FCPArgumentError, match="--calculate-per-token-loss"):
+        FCPFeature().validate_args(_with_training_options())
+    FCPFeature().validate_args(_with_training_options("--calculate-per-token-loss"))
+
+
+def test_hooks_ignore_runs_without_fcp():
+    """MindSpeed calls every feature's validation hooks: a run without FCP must pass through untouched."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--context-parallel-size", type=int, default=4)
+    FCPFeature().register_args(parser)
+    args = parser.parse_args(["--context-parallel-algo", "ulysses_cp_algo"])
+    feature = FCPFeature()
+    feature.pre_validate_args(args)
+    feature.validate_args(args)  # no cost source given, yet no error: FCP is off
+    feature.post_validate_args(args)
+    assert args.context_parallel_size == 4
+    assert not hasattr(args, "fcp_static_context_parallel_size")
+
+
+def test_pre_validate_hands_cp_to_fcp_before_megatron_derives_dp():
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4")
+    FCPFeature().pre_validate_args(args)
+    assert (args.context_parallel_size, args.fcp_static_context_parallel_size) == (1, 4)
+    args.data_parallel_size = 2  # as if an older MindSpeed let Megatron derive DP = 8 / 4 first
+    FCPFeature().post_validate_args(args)
+    assert (args.context_parallel_size, args.fcp_static_context_parallel_size, args.data_parallel_size) == (1, 4, 8)

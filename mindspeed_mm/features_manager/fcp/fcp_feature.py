@@ -2,10 +2,15 @@
 
 FCP owns the whole DP x CP plane: every step it splits the ``world_size / (TP x PP)`` ranks that share a
 (tp_rank, pp_rank) coordinate into context-parallel groups of any size. Megatron therefore must not build
-static CP groups of its own: after validation the feature records the requested
+static CP groups of its own. Before Megatron validates its arguments the feature records the requested
 ``--context-parallel-size`` in ``args.fcp_static_context_parallel_size`` and sets
-``context_parallel_size = 1``, so Megatron's data-parallel group spans all FCP ranks and the step's single
-gradient all-reduce runs over exactly the ranks FCP re-partitions.
+``context_parallel_size = 1``, so Megatron computes DP = world size / (TP x PP) and its data-parallel
+group spans all FCP ranks: the step's single gradient all-reduce runs over exactly the ranks FCP
+re-partitions. The recorded size only documents what the static layout would have been; FCP's groups
+are bounded by ``--fcp-max-degree``.
+
+MindSpeed runs every feature's validation hooks whatever its arguments, so each hook returns at once
+unless FCP is selected.
 """
 from __future__ import annotations
 
@@ -80,25 +85,46 @@ class FCPFeature(MindSpeedFeature):
                            help="Plan step t+1 in a background thread while step t runs.")
         group.add_argument("--fcp-group-pool", type=str, default="lazy", choices=GROUP_POOL_POLICIES,
                            help="lazy: members create a group on first use; prewarm: create all at start-up.")
-        group.add_argument("--fcp-ranks-per-node", type=positive_int, default=8,
-                           help="Ranks per node; groups that fit in a node are kept inside one.")
+        group.add_argument("--fcp-ranks-per-node", type=positive_int, default=None,
+                           help="Ranks sharing a node's fast link (default: the cost table's hardware); "
+                                "groups that fit in a node are kept inside one.")
         group.add_argument("--fcp-log-plan", type=str_to_bool, nargs="?", const=True, default=False,
                            help="Log every step's plan (groups, degrees, predicted vs measured time).")
 
     # ------------------------------------------------------------------ validation
+    def pre_validate_args(self, args: argparse.Namespace) -> None:
+        if not self.is_need_apply(args):
+            return
+        self._hand_cp_to_fcp(args)
+
     def validate_args(self, args: argparse.Namespace) -> None:
+        if not self.is_need_apply(args):
+            return
         from .validation import validate_fcp_args
 
         validate_fcp_args(args)
 
     def post_validate_args(self, args: argparse.Namespace) -> None:
-        args.fcp_static_context_parallel_size = args.context_parallel_size
+        if not self.is_need_apply(args):
+            return
+        self._hand_cp_to_fcp(args)
+        if getattr(args, "data_parallel_size", None) is not None:
+            # Some MindSpeed versions run this hook only after Megatron derived DP from the requested CP.
+            args.data_parallel_size = fcp_ranks(args)
+
+    @staticmethod
+    def _hand_cp_to_fcp(args: argparse.Namespace) -> None:
+        if not hasattr(args, "fcp_static_context_parallel_size"):
+            args.fcp_static_context_parallel_size = args.context_parallel_size
         args.context_parallel_size = 1
 
     # ------------------------------------------------------------------ patches
     def register_patches(self, patch_manager, args: argparse.Namespace) -> None:
+        """Validates first (MindSpeed may patch before Megatron validates): bad options patch nothing."""
         from .patches import register_fcp_patches
+        from .validation import validate_fcp_args
 
+        validate_fcp_args(args)
         register_fcp_patches(patch_manager, args)
 
 

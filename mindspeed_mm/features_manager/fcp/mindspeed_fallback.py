@@ -10,6 +10,9 @@ development, CI). These classes reproduce the part of MindSpeed's interface FCP 
 - ``MindSpeedPatchesManager``: ``register_patch(target, new_obj, force_patch=False)`` then
   ``apply_patches()``; an object whose name ends in ``_wrapper`` wraps the original, anything else
   replaces it. Modules that imported the original by name see the replacement too.
+- ``MindSpeedFeaturesManager``: ``FEATURES_LIST`` and the stage methods that run every feature's
+  hooks (``register_features_args``, ``pre_validate_features_args``, ``validate_features_args``,
+  ``post_validate_features_args``, ``apply_features_patches``).
 
 When the real packages are importable, :mod:`.mindspeed_compat` uses them instead.
 """
@@ -146,3 +149,53 @@ def _rebind_imported_names(old: Any, new: Any, attr: str) -> None:
             continue
         if holds_old:
             setattr(module, attr, new)
+
+
+class MindSpeedFeaturesManager:
+    """Ordered list of features and the stages MindSpeed runs them in (fallback of
+    ``mindspeed.features_manager.features_manager``).
+
+    As in MindSpeed, argument registration and the three validation stages reach every feature;
+    each feature's hooks decide for themselves whether they apply. Patches are registered only by
+    features whose ``is_need_apply`` is true.
+    """
+
+    FEATURES_LIST: ClassVar[list[MindSpeedFeature]] = []
+
+    @classmethod
+    def register_features_args(cls, parser: argparse.ArgumentParser) -> None:
+        for feature in cls.FEATURES_LIST:
+            feature.register_args(parser)
+
+    @classmethod
+    def pre_validate_features_args(cls, args: argparse.Namespace) -> None:
+        for feature in cls.FEATURES_LIST:
+            feature.pre_validate_args(args)
+
+    @classmethod
+    def validate_features_args(cls, args: argparse.Namespace) -> None:
+        for feature in cls.FEATURES_LIST:
+            feature.validate_args(args)
+
+    @classmethod
+    def post_validate_features_args(cls, args: argparse.Namespace) -> None:
+        for feature in cls.FEATURES_LIST:
+            feature.post_validate_args(args)
+
+    @classmethod
+    def apply_features_pre_patches(cls, args: argparse.Namespace) -> None:
+        for feature in cls.FEATURES_LIST:
+            if feature.is_need_apply(args):
+                feature.pre_register_patches(MindSpeedPatchesManager, args)
+        MindSpeedPatchesManager.apply_patches()
+
+    @classmethod
+    def apply_features_patches(cls, args: argparse.Namespace) -> None:
+        for feature in cls.FEATURES_LIST:
+            if feature.is_need_apply(args):
+                feature.register_patches(MindSpeedPatchesManager, args)
+        MindSpeedPatchesManager.apply_patches()
+
+    @classmethod
+    def remove_patches(cls) -> None:
+        MindSpeedPatchesManager.remove_all_patches()

@@ -16,6 +16,7 @@ class FCPArgumentError(ValueError):
 def validate_fcp_args(args: argparse.Namespace) -> None:
     """Check the `--fcp-*` options against each other and against the model and parallel layout."""
     _check_incompatible_flags(args)
+    _check_training_options(args)
     table = _load_cost_source(args)
     if table is not None:
         _check_table_matches_model(table, args)
@@ -33,6 +34,19 @@ def _check_incompatible_flags(args: argparse.Namespace) -> None:
         if getattr(args, name, None):
             flag = "--" + name.replace("_", "-")
             raise FCPArgumentError(f"{flag} cannot be combined with --context-parallel-algo fcp_cp_algo")
+
+
+def _check_training_options(args: argparse.Namespace) -> None:
+    """Options FCP needs from Megatron, checked when the parser has them."""
+    if getattr(args, "micro_batch_size", 1) not in (None, 1):
+        raise FCPArgumentError(
+            f"--micro-batch-size={args.micro_batch_size}: FCP packs each round's samples into one sequence per "
+            "group, so the micro-batch size must be 1")
+    if getattr(args, "calculate_per_token_loss", True) is False:
+        raise FCPArgumentError(
+            "--context-parallel-algo fcp_cp_algo needs --calculate-per-token-loss: ranks hold different numbers "
+            "of tokens in each round, and only a loss summed over tokens and divided by the global batch's "
+            "token count gives every token the same weight")
 
 
 def _load_cost_source(args: argparse.Namespace) -> ProfileTable | None:

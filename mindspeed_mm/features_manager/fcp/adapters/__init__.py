@@ -1,0 +1,1 @@
+"""Thin adapters that put the FCP executor into Megatron's functions (see `..patches` for the targets)."""

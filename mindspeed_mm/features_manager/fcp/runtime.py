@@ -1,0 +1,259 @@
+"""Process-local FCP state that the patched Megatron functions share.
+
+Megatron calls the patched functions without passing FCP anything, so they meet here: the
+model-parallel initialisation records where this process sits among the FCP ranks, the
+forward-backward driver starts each step with its plan, and the batch function reads the round
+being run. Nothing in Megatron's own global state is changed.
+
+A plan numbers the FCP ranks of one DP x CP plane 0..N-1. With TP or PP above 1 there is one plane
+per (tp_rank, pp_rank) coordinate; every plane runs the same plan (they train the same samples), so
+FCP rank ``i`` of a plan is global rank ``plane[i]`` in each plane.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
+from mindspeed_mm.core.fcp.solver import Plan
+
+from .fcp_feature import GROUP_POOL_POLICIES
+
+logger = logging.getLogger(__name__)
+
+
+class FCPRuntimeError(RuntimeError):
+    """An FCP patch ran out of order (no layout, no plan, more micro-batches than rounds...)."""
+
+
+@dataclass(frozen=True)
+class FCPRankLayout:
+    """Where this process sits among the FCP ranks."""
+
+    planes: tuple[tuple[int, ...], ...]
+    """Global ranks of every DP x CP plane, each ascending, planes ordered by their first rank."""
+    rank: int
+    """This process's global rank."""
+
+    def __post_init__(self) -> None:
+        if not self.planes or not self.planes[0]:
+            raise ValueError("an FCP layout needs at least one plane of at least one rank")
+        sizes = {len(plane) for plane in self.planes}
+        if len(sizes) != 1:
+            raise ValueError(f"FCP planes must all hold the same number of ranks, got sizes {sorted(sizes)}")
+        seen = [r for plane in self.planes for r in plane]
+        if len(seen) != len(set(seen)):
+            raise ValueError(f"FCP planes overlap: {self.planes}")
+        if sum(self.rank in plane for plane in self.planes) != 1:
+            raise ValueError(f"global rank {self.rank} is in no FCP plane of {self.planes}")
+
+    @property
+    def plane(self) -> tuple[int, ...]:
+        """Global ranks of this process's plane."""
+        return next(plane for plane in self.planes if self.rank in plane)
+
+    @property
+    def num_fcp_ranks(self) -> int:
+        """N, the ranks of one plane: the ranks a plan covers."""
+        return len(self.planes[0])
+
+    @property
+    def fcp_rank(self) -> int:
+        """This process's FCP rank (its index in its plane)."""
+        return self.plane.index(self.rank)
+
+    def global_ranks(self, fcp_ranks: Sequence[int], plane: Sequence[int] | None = None) -> tuple[int, ...]:
+        """Global ranks of `fcp_ranks` in `plane` (default: this process's plane)."""
+        members = tuple(self.plane if plane is None else plane)
+        return tuple(members[i] for i in fcp_ranks)
+
+
+@dataclass(frozen=True)
+class FCPRound:
+    """This process's part of one round of a step."""
+
+    round_index: int
+    """Zero-based round of the step (= Megatron micro-batch)."""
+    group_ranks: tuple[int, ...]
+    """Global ranks of this process's CP group, in group-rank order."""
+    rank_in_group: int
+    """Index of this process in `group_ranks`."""
+    algo: str
+    """Attention algorithm of the group: "ring" or "ulysses"."""
+    batch_positions: tuple[int, ...]
+    """Positions (in the global batch) of the group's samples, in packing order."""
+
+    @property
+    def degree(self) -> int:
+        """Context-parallel degree of the group."""
+        return len(self.group_ranks)
+
+
+def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
+    """This process's group and samples in every round of `plan`."""
+    if plan.num_ranks != layout.num_fcp_ranks:
+        raise FCPRuntimeError(
+            f"the plan covers {plan.num_ranks} FCP ranks but each DP x CP plane holds {layout.num_fcp_ranks}"
+        )
+    rounds = []
+    for index, group in enumerate(plan.groups_of_rank(layout.fcp_rank)):
+        rounds.append(
+            FCPRound(
+                round_index=index,
+                group_ranks=layout.global_ranks(group.ranks),
+                rank_in_group=group.ranks.index(layout.fcp_rank),
+                algo=group.algo,
+                batch_positions=tuple(group.samples),
+            )
+        )
+    return rounds
+
+
+def contiguous_groups(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
+    """Every contiguous range of 2..max_degree FCP ranks: the groups a plan can use."""
+    return [
+        tuple(range(first, first + degree))
+        for degree in range(2, max_degree + 1)
+        for first in range(0, num_ranks - degree + 1)
+    ]
+
+
+@dataclass(frozen=True)
+class FCPRuntimeSettings:
+    """The options of the run that the patches need."""
+
+    group_pool: str = "lazy"
+    """`lazy`: create a plan's groups before its step; `prewarm`: create every group at start-up."""
+    max_degree: int | None = None
+    """Largest CP group (None: the whole plane); bounds what `prewarm` creates."""
+
+    def __post_init__(self) -> None:
+        if self.group_pool not in GROUP_POOL_POLICIES:
+            raise ValueError(f"group_pool must be one of {', '.join(GROUP_POOL_POLICIES)}, got {self.group_pool!r}")
+        if self.max_degree is not None and self.max_degree < 1:
+            raise ValueError(f"max_degree must be positive, got {self.max_degree}")
+
+
+PlanSource = Callable[[], Plan]
+"""Gives the plan of the next training step; called once per step on every rank, in step order."""
+
+
+class FCPRuntime:
+    """The FCP state of this process."""
+
+    def __init__(self, settings: FCPRuntimeSettings | None = None) -> None:
+        self.settings = settings or FCPRuntimeSettings()
+        self.layout: FCPRankLayout | None = None
+        self.groups = PlanGroupCache()
+        self.plan_source: PlanSource | None = None
+        self._rounds: list[FCPRound] | None = None
+        self._next_round = 0
+
+    # ------------------------------------------------------------------ start-up
+    def set_layout(self, layout: FCPRankLayout) -> None:
+        """Records the FCP planes; with the `prewarm` policy also creates every group (collective)."""
+        self.layout = layout
+        logger.info(
+            "FCP: rank %d is FCP rank %d of %d (%d plane(s))",
+            layout.rank, layout.fcp_rank, layout.num_fcp_ranks, len(layout.planes),
+        )
+        if self.settings.group_pool == "prewarm":
+            limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
+            created = self.groups.create(self._in_every_plane(contiguous_groups(layout.num_fcp_ranks, limit)))
+            logger.info("FCP: prewarmed %d process groups; this rank holds %d", created, self.groups.num_communicators)
+
+    def require_layout(self) -> FCPRankLayout:
+        """The recorded layout; raises when Megatron's model-parallel initialisation has not run."""
+        if self.layout is None:
+            raise FCPRuntimeError(
+                "FCP has no rank layout: megatron.core.parallel_state.initialize_model_parallel must run "
+                "(with the FCP patch applied) before training"
+            )
+        return self.layout
+
+    def set_plan_source(self, source: PlanSource) -> None:
+        """Registers what plans each step (the plan-aware sampler of the data loader)."""
+        self.plan_source = source
+
+    # ------------------------------------------------------------------ steps
+    def begin_step(self, plan: Plan | None = None) -> list[FCPRound]:
+        """Starts a step with `plan` (default: the plan source's next plan); creates its groups (collective)."""
+        layout = self.require_layout()
+        if self._rounds is not None:
+            raise FCPRuntimeError("begin_step called while the previous step is still running")
+        if plan is None:
+            if self.plan_source is None:
+                raise FCPRuntimeError(
+                    "FCP has no plan source: the data loader must register one with "
+                    "get_fcp_runtime().set_plan_source(...) before the first training step"
+                )
+            plan = self.plan_source()
+        rounds = rounds_of_rank(plan, layout)
+        candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
+        self.groups.create(self._in_every_plane(candidates))
+        self._rounds = rounds
+        self._next_round = 0
+        return rounds
+
+    @property
+    def step_rounds(self) -> list[FCPRound]:
+        """Rounds of the running step."""
+        if self._rounds is None:
+            raise FCPRuntimeError("no FCP step is running (begin_step was not called)")
+        return self._rounds
+
+    def next_round(self) -> FCPRound:
+        """Moves to the next round of the running step and returns it."""
+        rounds = self.step_rounds
+        if self._next_round >= len(rounds):
+            raise FCPRuntimeError(f"the step's plan has {len(rounds)} rounds, but a micro-batch beyond them started")
+        self._next_round += 1
+        return rounds[self._next_round - 1]
+
+    @property
+    def current_round(self) -> FCPRound:
+        """The round being run."""
+        if self._rounds is None or self._next_round == 0:
+            raise FCPRuntimeError("no FCP round is running: the batch was requested outside the FCP driver")
+        return self._rounds[self._next_round - 1]
+
+    def end_step(self) -> None:
+        """Ends the running step; every round must have run."""
+        rounds = self.step_rounds
+        ran = self._next_round
+        self._rounds = None
+        self._next_round = 0
+        if ran != len(rounds):
+            raise FCPRuntimeError(f"the step ran {ran} micro-batches but its plan has {len(rounds)} rounds")
+
+    def abort_step(self) -> None:
+        """Forgets the running step after an error."""
+        self._rounds = None
+        self._next_round = 0
+
+    def process_group(self, fcp_round: FCPRound) -> dist.ProcessGroup | None:
+        """The CP group of `fcp_round` (None for a group of one rank)."""
+        return self.groups.get(fcp_round.group_ranks) if fcp_round.degree > 1 else None
+
+    def _in_every_plane(self, fcp_groups: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        """Global-rank groups of `fcp_groups` in every plane, in one order identical on all ranks."""
+        layout = self.require_layout()
+        return [layout.global_ranks(g, plane) for g in fcp_groups if len(g) > 1 for plane in layout.planes]
+
+
+_RUNTIME = FCPRuntime()
+
+
+def get_fcp_runtime() -> FCPRuntime:
+    """The FCP state of this process."""
+    return _RUNTIME
+
+
+def reset_fcp_runtime(settings: FCPRuntimeSettings | None = None) -> FCPRuntime:
+    """Replaces the FCP state with a fresh one (at registration, and between tests)."""
+    global _RUNTIME
+    _RUNTIME = FCPRuntime(settings)
+    return _RUNTIME
