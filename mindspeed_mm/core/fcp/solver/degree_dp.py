@@ -7,10 +7,11 @@ sum(s_k) == spare (= N - sum(m_k)) so that max_k T_k(m_k + s_k) is minimal. The 
 Two exact solvers compute the optimal makespan:
 - `dp_makespan`: the 2D dynamic program F[k][j] = min_s max(F[k-1][j - s], T_k(m_k + s)),
   vectorised over j, O(K * spare^2);
-- `threshold_makespan`: binary search over the candidate makespans tau. For a given tau every group
-  may take the extra ranks {s : T_k(m_k + s) <= tau}; a degree vector exists iff `spare` is a sum of one
-  choice per group. Groups whose choices form an interval contribute an interval of sums; the others
-  are combined with bit-set shifts. This is exact for any time curves and fast for large N.
+- `threshold_makespan`: search over the candidate makespans tau. For a given tau every group may take
+  the extra ranks {s : T_k(m_k + s) <= tau}; a degree vector exists iff `spare` is a sum of one choice
+  per group. Groups whose choices form an interval contribute an interval of sums; the others are
+  combined with bit-set shifts. A closed-form necessary threshold is usually already feasible, so
+  the search mostly costs two partial sorts and one check. Exact for any time curves, fast for large N.
 `assign_degrees` picks the cheaper one, then `realise` builds the degrees: every group stays within
 the optimal makespan, spare ranks go where they shorten a group the most.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Above this many DP cell updates (K * (spare + 1)^2) the threshold search is used instead.
-_DP_WORK_LIMIT = 200_000
+_DP_WORK_LIMIT = 500
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,26 @@ def dp_makespan(extra_times: np.ndarray, spare: int) -> float:
 
 
 def threshold_makespan(extra_times: np.ndarray, spare: int) -> float:
-    """Optimal makespan by binary search over candidate thresholds (inf when infeasible)."""
+    """Optimal makespan by threshold search (inf when infeasible).
+
+    Two necessary conditions hold at any feasible tau: the smallest allowed extras sum to at most
+    `spare` and the largest to at least `spare`. Both are monotone in tau and their least tau is an
+    order statistic (`_necessary_threshold`); when that tau is feasible it is optimal, which is the
+    common case. Otherwise a binary search runs over the candidate times above it.
+    """
     times = _clip(extra_times, spare)
-    floor = float(times.min(axis=1).max())  # no group can beat its own best time
+    floor = _necessary_threshold(times, spare)
     if not np.isfinite(floor):
         return float("inf")
+    if _feasible(times, spare, floor):
+        return floor
     ceiling = _greedy_makespan(times, spare)
     if not np.isfinite(ceiling):
-        if not _feasible(times, spare, float(times[np.isfinite(times)].max())):
+        finite = times[np.isfinite(times)]
+        ceiling = float(finite.max())
+        if not _feasible(times, spare, ceiling):
             return float("inf")
-        ceiling = float(times[np.isfinite(times)].max())
-    candidates = np.unique(times[(times >= floor) & (times <= ceiling)])
+    candidates = np.unique(times[(times > floor) & (times <= ceiling)])
     lo, hi = 0, len(candidates) - 1  # candidates[hi] is feasible
     while lo < hi:
         mid = (lo + hi) // 2
@@ -73,15 +83,44 @@ def threshold_makespan(extra_times: np.ndarray, spare: int) -> float:
     return float(candidates[hi])
 
 
+def _necessary_threshold(times: np.ndarray, spare: int) -> float:
+    """Least tau with sum_k lo_k(tau) <= spare <= sum_k hi_k(tau), where lo_k / hi_k are the first /
+    last extra whose time is <= tau; no smaller makespan can be feasible.
+
+    With P = prefix minima of each row, lo_k(tau) = #{s : P[k, s] > tau}, so the first condition holds
+    from the (spare + 1)-th largest P on. With Q = suffix minima, hi_k(tau) + 1 = #{s : Q[k, s] <= tau},
+    so the second holds from the (spare + K)-th smallest Q on.
+    """
+    k, width = times.shape
+    prefix = np.minimum.accumulate(times, axis=1).ravel()
+    suffix = np.minimum.accumulate(times[:, ::-1], axis=1).ravel()
+    if spare + 1 > prefix.size or spare + k > suffix.size:
+        return float("inf")
+    by_lo = -np.partition(-prefix, spare)[spare]
+    by_hi = np.partition(suffix, spare + k - 1)[spare + k - 1]
+    return float(max(by_lo, by_hi))
+
+
+def optimal_makespan(extra_times: np.ndarray, spare: int) -> float:
+    """Optimal makespan (inf when the spare ranks cannot be split exactly), by the cheaper solver."""
+    if spare < 0 or extra_times.shape[0] == 0:
+        return float("inf")
+    if extra_times.shape[0] * (spare + 1) ** 2 <= _DP_WORK_LIMIT:
+        return dp_makespan(extra_times, spare)
+    return threshold_makespan(extra_times, spare)
+
+
+def beats(extra_times: np.ndarray, spare: int, makespan: float) -> bool:
+    """Whether some split of the spare ranks keeps every group at or under `makespan`."""
+    if spare < 0 or extra_times.shape[0] == 0:
+        return False
+    times = _clip(extra_times, spare)
+    return _necessary_threshold(times, spare) <= makespan and _feasible(times, spare, makespan)
+
+
 def assign_degrees(extra_times: np.ndarray, spare: int) -> DegreeChoice | None:
     """Optimal extra ranks per group (None when the spare ranks cannot be split exactly)."""
-    if spare < 0 or extra_times.shape[0] == 0:
-        return None
-    k = extra_times.shape[0]
-    if k * (spare + 1) ** 2 <= _DP_WORK_LIMIT:
-        makespan = dp_makespan(extra_times, spare)
-    else:
-        makespan = threshold_makespan(extra_times, spare)
+    makespan = optimal_makespan(extra_times, spare)
     if not np.isfinite(makespan):
         return None
     return DegreeChoice(realise(extra_times, spare, makespan), makespan)
@@ -122,17 +161,23 @@ def realise(extra_times: np.ndarray, spare: int, makespan: float) -> np.ndarray:
 
 
 def _fill_greedily(times: np.ndarray, extra: np.ndarray, hi: np.ndarray, rows: np.ndarray, count: int) -> None:
-    """Adds `count` ranks to `rows`, one at a time, each to the group whose time drops the most."""
-    heap = []
-    for k in rows:
-        if extra[k] < hi[k]:
-            heap.append((times[k, extra[k] + 1] - times[k, extra[k]], int(k)))
-    heapq.heapify(heap)
-    for _ in range(count):
-        _, k = heapq.heappop(heap)
-        extra[k] += 1
-        if extra[k] < hi[k]:
-            heapq.heappush(heap, (times[k, extra[k] + 1] - times[k, extra[k]], k))
+    """Adds `count` ranks to `rows` (each staying within its `hi`), largest time reductions first.
+
+    Step j of row k saves times[k, extra_k + j] - times[k, extra_k + j + 1]; savings are capped by
+    the ones before them in the row, so the `count` largest always form a prefix of every row.
+    """
+    if count == 0:
+        return
+    steps = hi[rows] - extra[rows]
+    width = int(steps.max())
+    j = np.arange(width)[None, :]
+    valid = j < steps[:, None]
+    at = np.minimum(extra[rows][:, None] + j, times.shape[1] - 2)
+    with np.errstate(invalid="ignore"):
+        saving = np.where(valid, times[rows[:, None], at] - times[rows[:, None], at + 1], -np.inf)
+    saving = np.minimum.accumulate(saving, axis=1)
+    picked = np.argsort(-saving, axis=None, kind="stable")[:count]
+    extra[rows] += np.bincount(picked // width, minlength=len(rows))
 
 
 def _feasible(times: np.ndarray, spare: int, makespan: float) -> bool:
@@ -170,14 +215,14 @@ def _range_mask(lo: int, hi: int, spare: int) -> int:
 
 
 def _shift_union(reach: int, allowed_row: np.ndarray, spare: int) -> int:
-    """Union over allowed s of (reach shifted by s), truncated to sums <= spare."""
+    """Union over allowed s of (reach shifted by s), truncated to sums <= spare (bit sets as ints)."""
     out = 0
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], allowed_row.astype(np.int8), [0]))))
-    for start, stop in zip(edges[::2], edges[1::2]):
+    edges = np.flatnonzero(np.diff(allowed_row, prepend=False, append=False))
+    for start, stop in zip(edges[::2].tolist(), edges[1::2].tolist()):
         # Union of shifts by start..stop-1: shifted copies doubling in count.
-        run = reach << int(start)
+        run = reach << start
         covered = 1
-        length = int(stop - start)
+        length = stop - start
         while covered < length:
             step = min(covered, length - covered)
             run |= run << step

@@ -1,9 +1,9 @@
-"""Memoised cost-model queries: best time and algo of a packed batch over a window of degrees.
+"""Cost-model queries: best time and algo of packed batches over windows of degrees.
 
-Each query costs one cost-model call per workload, so the planner asks for many windows at once
-(`prepare`). A cost model that offers `best_time_table(workloads, degrees)` -- `degrees` an int
-[K, W] matrix, row k for workload k, returning (times [K, W], algo index [K, W]) like `best_time_ms`
-row by row -- answers a whole request in one call; otherwise the workloads are evaluated one by one.
+A query costs one cost-model call per workload, so the planner asks for many workloads at once. A
+cost model that offers `best_time_table(workloads, degrees)` -- `degrees` an int [K, W] matrix, row k
+for workload k, returning (times [K, W], algo index [K, W]) equal to `best_time_ms` row by row --
+answers a whole request in one call; otherwise the workloads are evaluated one by one.
 """
 from __future__ import annotations
 
@@ -16,18 +16,49 @@ if TYPE_CHECKING:
 
 
 class GroupTimer:
-    """Best-algo times of workloads on degrees 1..max_degree, each (workload, degree) computed once."""
+    """Best-algo times of workloads on degrees 1..max_degree, with a memo for single lookups."""
 
     def __init__(self, cost: "CostModel", max_degree: int) -> None:
         self.cost = cost
         self.max_degree = max_degree
-        # workload -> (first degree, times, algo indices) of the window computed so far.
-        self._cache: dict[Any, tuple[int, np.ndarray, np.ndarray]] = {}
         self.cost_calls = 0
         """Cost-model calls made so far."""
+        # workload -> (first degree, times, algo indices) of the window computed so far.
+        self._cache: dict[Any, tuple[int, np.ndarray, np.ndarray]] = {}
+
+    def evaluate(
+        self, workloads: Sequence[Any], firsts: Sequence[int], top: int, width: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """times[k, s], algos[k, s]: workload k on firsts[k] + s ranks, s < width (default: up to
+        `top` for the smallest first degree); inf above `top` or `max_degree`."""
+        top = min(top, self.max_degree)
+        firsts_arr = np.asarray(firsts, dtype=np.int64)
+        if width is None:
+            width = max(1, top - int(firsts_arr.min()) + 1)
+        degrees = firsts_arr[:, None] + np.arange(width, dtype=np.int64)[None, :]
+        beyond = degrees > top
+        degrees = np.minimum(degrees, max(top, 1))
+        table = getattr(self.cost, "best_time_table", None)
+        if table is not None:
+            times, algos = table(list(workloads), degrees)
+            times = np.array(times, dtype=np.float64)
+            algos = np.array(algos, dtype=np.int64)
+            self.cost_calls += 1
+        else:
+            times = np.full(degrees.shape, np.inf)
+            algos = np.zeros(degrees.shape, dtype=np.int64)
+            for k, workload in enumerate(workloads):
+                count = int(np.count_nonzero(~beyond[k]))
+                if count:
+                    row_times, row_algos = self.cost.best_time_ms(workload, degrees[k, :count])
+                    times[k, :count] = row_times
+                    algos[k, :count] = row_algos
+                    self.cost_calls += 1
+        times[beyond] = np.inf
+        return times, algos
 
     def prepare(self, requests: Sequence[tuple[Any, int, int]]) -> None:
-        """Makes sure every (workload, lo, hi) window of degrees is known, in as few calls as possible."""
+        """Memoises every (workload, lo, hi) window of degrees, in one batch of queries."""
         wanted: dict[Any, tuple[int, int]] = {}
         for workload, lo, hi in requests:
             lo, hi = max(1, lo), min(self.max_degree, hi)
@@ -44,31 +75,18 @@ class GroupTimer:
         if not wanted:
             return
         workloads = list(wanted)
-        table = getattr(self.cost, "best_time_table", None)
-        if table is not None:
-            width = max(hi - lo + 1 for lo, hi in wanted.values())
-            firsts = np.array([wanted[w][0] for w in workloads], dtype=np.int64)
-            degrees = np.minimum(firsts[:, None] + np.arange(width)[None, :], self.max_degree)
-            times, algos = table(workloads, degrees)
-            self.cost_calls += 1
-            for k, workload in enumerate(workloads):
-                lo, hi = wanted[workload]
-                count = hi - lo + 1
-                self._cache[workload] = (lo, np.asarray(times[k, :count], dtype=np.float64),
-                                         np.asarray(algos[k, :count], dtype=np.int64))
-            return
-        for workload in workloads:
+        firsts = [wanted[w][0] for w in workloads]
+        width = max(hi - lo + 1 for lo, hi in wanted.values())
+        times, algos = self.evaluate(workloads, firsts, self.max_degree, width)
+        for k, workload in enumerate(workloads):
             lo, hi = wanted[workload]
-            times, algos = self.cost.best_time_ms(workload, np.arange(lo, hi + 1))
-            self.cost_calls += 1
-            self._cache[workload] = (lo, np.asarray(times, dtype=np.float64).reshape(-1),
-                                     np.asarray(algos, dtype=np.int64).reshape(-1))
+            self._cache[workload] = (lo, times[k, : hi - lo + 1], algos[k, : hi - lo + 1])
 
     def window(self, workload: Any, lo: int, hi: int) -> np.ndarray:
-        """Times on degrees lo..hi (inf above max_degree); computes the window if needed."""
+        """Times on degrees lo..hi (inf above max_degree), memoised."""
         self.prepare([(workload, lo, hi)])
-        out = np.full(hi - lo + 1, np.inf)
         first, times, _ = self._cache[workload]
+        out = np.full(hi - lo + 1, np.inf)
         top = min(hi, self.max_degree)
         if top >= lo:
             out[: top - lo + 1] = times[lo - first: top - first + 1]

@@ -2,12 +2,12 @@
 
 Two bounds, the larger counts:
 - work: a round of makespan M offers N * M rank-milliseconds. A group of d ranks running samples S
-  uses d * T(S, d) >= T(S, 1) of them (parallelism never shrinks the total work), and on one rank a
-  packed batch costs its fixed part F = T({}, 1) plus each sample's own share T({i}, 1) - F. With at
-  least R_min rounds of at least one group each, the step takes at least
-  (R_min * F + sum_i (T({i}, 1) - F)) / N.
+  uses d * T(S, d) >= T(S, 1) of them (parallelism never shrinks the total work). On one rank there
+  is no communication and the time is affine in the additive workload: T(S, 1) = F + sum over S of
+  (T({i}, 1) - F), with F = T({}, 1) the fixed cost of a group. With at least R_min rounds of at
+  least one group each, the step takes at least (R_min * F + T(V, 1) - F) / N for the whole batch V.
   T(., 1) is read from a copy of the cost model without the memory limit (a long sample's single-
-  rank time is a bound even if it could never run there). Using each sample's best device time
+  rank time is a bound even if it could never run there). Summing each sample's best device time
   min_d d * T({i}, d) instead would not be a bound: packing lets one sample's ring transfers hide
   under another's compute and shares the launch cost, so a packed group can use fewer
   rank-milliseconds than its samples would apart.
@@ -66,10 +66,10 @@ def step_lower_bound(
     """max(work bound, longest-sample bound) for one step; see the module docstring."""
     twin = GroupTimer(unlimited_memory_twin(cost), 1)
     empty = cost.workload([])
-    twin.prepare([(w, 1, 1) for w in sample_workloads] + [(empty, 1, 1)])
+    whole = cost.workload(lengths, patches)
+    twin.prepare([(whole, 1, 1), (empty, 1, 1)])
     fixed = twin.time(empty, 1)
-    shares = sum(twin.time(w, 1) - fixed for w in sample_workloads)
-    work = (min_rounds * fixed + shares) / num_ranks
+    work = (min_rounds * fixed + twin.time(whole, 1) - fixed) / num_ranks
 
     front = undominated_samples(lengths, patches)
     top = timer.max_degree

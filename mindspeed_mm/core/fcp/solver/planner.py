@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 # Problems up to this many samples x ranks get the thorough search (every move, many R values).
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(max_iterations=64, max_targets=1 << 30, max_movers=1 << 30,
-                         balanced_targets=(1.0, 1.15, 1.3))
-_FAST = SearchLimits(max_iterations=4, max_targets=3, max_movers=2, balanced_targets=(1.0,))
+                         bin_fractions=(1.0, 0.75, 0.5), first_improvement=False)
+_FAST = SearchLimits(max_iterations=4, max_targets=3, max_movers=2, bin_fractions=(1.0,), first_improvement=True)
 
 
 def plan_batch(
@@ -68,7 +68,7 @@ def plan_batch(
     small = len(lengths) * n_ranks <= _SMALL_PROBLEM
     solver = RoundSolver(facts, timer, capacity, n_ranks, _THOROUGH if small else _FAST)
     best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds,
-                        extra_rounds=len(lengths) if small else 2)
+                        extra_rounds=len(lengths) if small else 2, stop_when_worse=not small)
 
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node) for choice in best)
     straddling = sum(r[1] for r in rounds)
@@ -93,8 +93,10 @@ def _best_rounds(
     capacity: int,
     max_rounds: int | None,
     extra_rounds: int,
+    stop_when_worse: bool,
 ) -> list[RoundChoice]:
-    """Solves the batch for several round counts and keeps the lowest total predicted time."""
+    """Solves the batch for several round counts and keeps the lowest total predicted time; with
+    `stop_when_worse` the search ends at the first round count that does worse than the best so far."""
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
@@ -105,6 +107,8 @@ def _best_rounds(
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
                 total = sum(r.makespan for r in solved)
+                if best is not None and total >= best[0] and stop_when_worse:
+                    break
                 if best is None or total < best[0]:
                     best = (total, solved)
         count += 1

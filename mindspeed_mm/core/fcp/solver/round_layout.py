@@ -1,13 +1,15 @@
 """One round: which samples run together (groups) and on how many ranks (degrees).
 
-Candidate groupings come from stage 1 (memory best-fit-decreasing) and from a time-balanced packing
-aimed at the round's lower bound; stage 2 (`degree_dp.assign_degrees`) gives each grouping its optimal
+Candidate groupings come from stage 1 (memory best-fit-decreasing) and from a time-balanced LPT
+packing aimed at the round's work bound; stage 2 (`degree_dp.assign_degrees`) gives each grouping its optimal
 degrees. A short local search then works on the slowest group: split it, move or pull out one of its
 samples, or merge the two fastest groups to free ranks for it, keeping every change that lowers the
 round's makespan.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
@@ -15,7 +17,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.degree_dp import assign_degrees
+from mindspeed_mm.core.fcp.solver.degree_dp import assign_degrees, beats, optimal_makespan
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest, min_degree_for
 
@@ -33,8 +35,10 @@ class SearchLimits:
     """Fastest groups tried as destinations when moving a sample out of the slowest group."""
     max_movers: int
     """Samples of the slowest group (smallest first) tried for moving / pulling out."""
-    balanced_targets: tuple[float, ...]
-    """Multiples of the round's lower bound used as time budgets for the balanced packing."""
+    bin_fractions: tuple[float, ...]
+    """Fractions of the free ranks used as one-rank groups by the time-balanced (LPT) packing."""
+    first_improvement: bool
+    """Take the first improving move instead of the best one."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,18 @@ class SampleFacts:
     """Time on a single rank (inf when the sample needs more than one rank)."""
 
 
+class _Group:
+    """A candidate group with its memoised times on every degree it may get."""
+
+    __slots__ = ("samples", "min_degree", "times", "algos")
+
+    def __init__(self, samples: tuple[int, ...], min_degree: int, times: np.ndarray, algos: np.ndarray) -> None:
+        self.samples = samples
+        self.min_degree = min_degree
+        self.times = times  # [N + 1]: best time on min_degree + s ranks, inf where not allowed
+        self.algos = algos  # [N + 1]: index of that best algo
+
+
 class RoundSolver:
     """Solves rounds of one batch; shares the memoised group times between rounds and R choices."""
 
@@ -86,107 +102,127 @@ class RoundSolver:
         self.timer = timer
         self.capacity_tokens = capacity_tokens
         self.num_ranks = num_ranks
-        self.max_degree = timer.max_degree
+        self.top_degree = min(timer.max_degree, num_ranks)
         self.limits = limits
-        self._workloads: dict[tuple[int, ...], Any] = {}
+        self._known: dict[tuple[int, ...], _Group] = {}
 
     # ------------------------------------------------------------------ solving
     def solve(self, sample_ids: Sequence[int]) -> RoundChoice | None:
         """Best grouping and degrees found for these samples in one round (None: does not fit)."""
-        candidates = self._initial_groupings(sample_ids)
-        best: tuple[float, list[tuple[int, ...]]] | None = None
-        for groups, makespan in zip(candidates, self._makespans(candidates)):
-            if makespan is not None and (best is None or makespan < best[0]):
+        best: tuple[float, list[_Group]] | None = None
+        for grouping in self._initial_groupings(sample_ids):
+            groups = self._groups(grouping)
+            built = self._matrix(groups)
+            if built is None:
+                continue
+            makespan = optimal_makespan(*built)
+            if np.isfinite(makespan) and (best is None or makespan < best[0]):
                 best = (makespan, groups)
         if best is None:
             return None
-        groups = self._improve(best[1], best[0])
-        return self._realise(groups)
+        return self._realise(self._improve(best[1], best[0]))
 
     def _initial_groupings(self, sample_ids: Sequence[int]) -> list[list[tuple[int, ...]]]:
         found: list[list[tuple[int, ...]]] = []
         packed = merge_smallest(
             best_fit_decreasing(sample_ids, self.lengths, self.capacity_tokens),
-            self.num_ranks, self.max_degree, self.capacity_tokens,
+            self.num_ranks, self.top_degree, self.capacity_tokens,
         )
         if packed is not None:
             found.append([g.samples for g in packed])
-        bound = float(self.facts.device_ms[list(sample_ids)].sum()) / self.num_ranks
-        for factor in self.limits.balanced_targets:
-            groups = self._balanced_packing(sample_ids, bound * factor)
+        for fraction in self.limits.bin_fractions:
+            groups = self._lpt_packing(sample_ids, fraction)
             if groups is not None and groups not in found:
                 found.append(groups)
         return found
 
-    def _balanced_packing(self, sample_ids: Sequence[int], budget_ms: float) -> list[tuple[int, ...]] | None:
-        """Samples that fill a rank's time budget alone (or need several ranks for memory) get their
-        own group; the others are packed best-fit by single-rank time into one-rank groups."""
+    def _lpt_packing(self, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
+        """Time-balanced grouping aimed at the round's work bound tau = sum(device time) / N.
+
+        A sample that needs several ranks (memory) or alone takes longer than tau on one rank gets
+        its own group, and about device_time / tau ranks are set aside for it. The other samples
+        are spread longest first over `bin_fraction` of the remaining ranks, each to the one-rank
+        group with the least work that still has memory for it (LPT).
+        """
+        ids = list(sample_ids)
+        device = self.facts.device_ms
+        tau = float(device[ids].sum()) / self.num_ranks
         alone: list[tuple[int, ...]] = []
-        shared: list[tuple[float, int]] = []
-        for i in sample_ids:
+        shared: list[int] = []
+        reserved = 0
+        for i in ids:
             one_rank = float(self.facts.one_rank_ms[i])
-            if one_rank > budget_ms or not np.isfinite(one_rank):
+            if one_rank > tau or not np.isfinite(one_rank):
                 alone.append((i,))
+                need = min_degree_for(self.lengths[i], self.capacity_tokens)
+                reserved += max(need, math.ceil(float(device[i]) / tau)) if tau > 0 else need
             else:
-                shared.append((one_rank, i))
-        shared.sort(key=lambda item: (-item[0], item[1]))
-        bins: list[list[int]] = []
-        loads: list[float] = []
-        tokens: list[int] = []
-        for t, i in shared:
-            fits = [
-                b for b in range(len(bins))
-                if loads[b] + t <= budget_ms and tokens[b] + self.lengths[i] <= self.capacity_tokens
-            ]
-            if fits:
-                b = min(fits, key=lambda b: (budget_ms - loads[b] - t, b))
-                bins[b].append(i)
-                loads[b] += t
+                shared.append(i)
+        bins = min(len(shared), max(1, int((self.num_ranks - reserved) * bin_fraction)))
+        groups = sorted(alone)
+        if shared:
+            members: list[list[int]] = [[] for _ in range(bins)]
+            tokens = [0] * bins
+            heap = [(0.0, b) for b in range(bins)]
+            shared.sort(key=lambda i: (-self.facts.one_rank_ms[i], i))
+            for i in shared:
+                skipped = []
+                while heap and tokens[heap[0][1]] + self.lengths[i] > self.capacity_tokens:
+                    skipped.append(heapq.heappop(heap))
+                load, b = heapq.heappop(heap) if heap else skipped.pop(0)
+                members[b].append(i)
                 tokens[b] += self.lengths[i]
-            else:
-                bins.append([i])
-                loads.append(t)
-                tokens.append(self.lengths[i])
-        groups = sorted(alone + [tuple(sorted(b)) for b in bins])
+                heapq.heappush(heap, (load + float(self.facts.one_rank_ms[i]), b))
+                for entry in skipped:
+                    heapq.heappush(heap, entry)
+            groups = sorted(groups + [tuple(sorted(m)) for m in members if m])
         if len(groups) > self.num_ranks or self._min_degree_sum(groups) > self.num_ranks:
             return None
         return groups
 
     # ------------------------------------------------------------------ local search
-    def _improve(self, groups: list[tuple[int, ...]], makespan: float) -> list[tuple[int, ...]]:
+    def _improve(self, groups: list[_Group], makespan: float) -> list[_Group]:
         for _ in range(self.limits.max_iterations):
-            times = self._group_times(groups)
-            candidates = list(self._neighbours(groups, int(np.argmax(times)), times))
-            best: tuple[float, list[tuple[int, ...]]] | None = None
-            for candidate, value in zip(candidates, self._makespans(candidates)):
-                if value is not None and value < makespan * (1 - _IMPROVEMENT_RTOL):
-                    if best is None or value < best[0]:
-                        best = (value, candidate)
+            extra = self._degrees(groups)
+            times = np.array([g.times[e] for g, e in zip(groups, extra)])
+            moves = list(self._neighbours(groups, int(np.argmax(times)), times))
+            self._groups([g for _, added in moves for g in added])
+            target = makespan * (1 - _IMPROVEMENT_RTOL)
+            best: tuple[float, list[_Group]] | None = None
+            for removed, added in moves:
+                candidate = [g for k, g in enumerate(groups) if k not in removed] + self._groups(added)
+                built = self._matrix(candidate)
+                # One feasibility check rejects most candidates before the exact makespan is computed.
+                if built is None or not beats(built[0], built[1], target):
+                    continue
+                value = optimal_makespan(*built)
+                if best is None or value < best[0]:
+                    best = (value, candidate)
+                if self.limits.first_improvement:
+                    break
             if best is None:
                 break
             makespan, groups = best
         return groups
 
-    def _neighbours(self, groups: list[tuple[int, ...]], slow: int, times: np.ndarray):
-        """Groupings one move away, all touching or helping the slowest group."""
-        slowest = groups[slow]
-        others = [k for k in np.argsort(times, kind="stable") if k != slow]
+    def _neighbours(self, groups: list[_Group], slow: int, times: np.ndarray) -> Iterator[tuple[set[int], list[tuple[int, ...]]]]:
+        """Moves as (indices of groups removed, sample tuples of groups added), all touching or
+        helping the slowest group: split it in two, pull one of its samples out, merge it with a
+        fast group, move one of its samples to a fast group, or merge the two fastest groups."""
+        slowest = groups[slow].samples
+        others = [int(k) for k in np.argsort(times, kind="stable") if k != slow]
         movers = sorted(slowest, key=lambda i: (self.lengths[i], i))[: self.limits.max_movers]
-        rest = [g for k, g in enumerate(groups) if k != slow]
         if len(slowest) > 1:
-            yield sorted(rest + list(self._split_two(slowest)))
+            yield {slow}, list(self._split_two(slowest))
             for i in movers:
-                yield sorted(rest + [(i,), tuple(s for s in slowest if s != i)])
+                yield {slow}, [(i,), tuple(s for s in slowest if s != i)]
         for k in others[: self.limits.max_targets]:
-            target = groups[k]
+            target = groups[k].samples
+            yield {slow, k}, [tuple(sorted(slowest + target))]
             for i in movers if len(slowest) > 1 else ():
-                moved = tuple(sorted(target + (i,)))
-                kept = tuple(s for s in slowest if s != i)
-                yield sorted([g for j, g in enumerate(groups) if j not in (slow, k)] + [moved, kept])
+                yield {slow, k}, [tuple(sorted(target + (i,))), tuple(s for s in slowest if s != i)]
         if len(others) >= 2:
-            a, b = others[0], others[1]
-            merged = tuple(sorted(groups[a] + groups[b]))
-            yield sorted([g for j, g in enumerate(groups) if j not in (a, b)] + [merged])
+            yield {others[0], others[1]}, [tuple(sorted(groups[others[0]].samples + groups[others[1]].samples))]
 
     def _split_two(self, samples: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Splits samples in two halves of similar device time (longest first, to the lighter half)."""
@@ -199,62 +235,46 @@ class RoundSolver:
         return tuple(sorted(halves[0])), tuple(sorted(halves[1]))
 
     # ------------------------------------------------------------------ evaluation
-    def _workload(self, samples: tuple[int, ...]) -> Any:
-        found = self._workloads.get(samples)
-        if found is None:
-            found = reduce(add, (self.facts.workloads[i] for i in samples))
-            self._workloads[samples] = found
-        return found
+    def _groups(self, grouping: Sequence[tuple[int, ...]]) -> list[_Group]:
+        """The groups of `grouping`, evaluating all new ones in one batch of cost queries."""
+        new = [g for g in dict.fromkeys(grouping) if g not in self._known]
+        if new:
+            tokens = [sum(self.lengths[i] for i in g) for g in new]
+            mins = [min_degree_for(t, self.capacity_tokens) for t in tokens]
+            workloads = [reduce(add, (self.facts.workloads[i] for i in g)) for g in new]
+            times, algos = self.timer.evaluate(workloads, mins, self.top_degree)
+            width = min(times.shape[1], self.num_ranks + 1)
+            for k, (g, m) in enumerate(zip(new, mins)):
+                full = np.full(self.num_ranks + 1, np.inf)
+                full[:width] = times[k, :width]
+                picks = np.zeros(self.num_ranks + 1, dtype=np.int64)
+                picks[:width] = algos[k, :width]
+                self._known[g] = _Group(g, m, full, picks)
+        return [self._known[g] for g in grouping]
 
-    def _tokens(self, samples: tuple[int, ...]) -> int:
-        return sum(self.lengths[i] for i in samples)
-
-    def _min_degree_sum(self, groups: list[tuple[int, ...]]) -> int:
-        return sum(min_degree_for(self._tokens(g), self.capacity_tokens) for g in groups)
-
-    def _shape(self, groups: list[tuple[int, ...]]) -> tuple[np.ndarray, int] | None:
-        """(minimum degree per group, spare ranks), or None when the groups cannot fit."""
+    def _matrix(self, groups: list[_Group]) -> tuple[np.ndarray, int] | None:
+        """(times[k, s] of group k on min_degree + s ranks, spare ranks), None when the groups cannot fit."""
         if len(groups) > self.num_ranks:
             return None
-        mins = np.array([min_degree_for(self._tokens(g), self.capacity_tokens) for g in groups], dtype=np.int64)
-        spare = self.num_ranks - int(mins.sum())
-        if spare < 0 or mins.max() > self.max_degree:
+        spare = self.num_ranks - sum(g.min_degree for g in groups)
+        if spare < 0 or max(g.min_degree for g in groups) > self.top_degree:
             return None
-        return mins, spare
+        return np.stack([g.times[: spare + 1] for g in groups]), spare
 
-    def _extra_times(self, groups: list[tuple[int, ...]], mins: np.ndarray, spare: int) -> np.ndarray:
-        """times[k, s]: group k on mins[k] + s ranks."""
-        return np.stack([self.timer.window(self._workload(g), int(m), int(m) + spare) for g, m in zip(groups, mins)])
+    def _degrees(self, groups: list[_Group]) -> np.ndarray:
+        """Optimal extra ranks per group (the groups must fit)."""
+        times, spare = self._matrix(groups)
+        return assign_degrees(times, spare).extra
 
-    def _makespans(self, groupings: list[list[tuple[int, ...]]]) -> list[float | None]:
-        """Optimal makespan of each grouping (None: does not fit); cost queries batched."""
-        shapes = [self._shape(groups) for groups in groupings]
-        self.timer.prepare([
-            (self._workload(g), int(m), int(m) + shape[1])
-            for groups, shape in zip(groupings, shapes) if shape is not None
-            for g, m in zip(groups, shape[0])
-        ])
-        out: list[float | None] = []
-        for groups, shape in zip(groupings, shapes):
-            if shape is None:
-                out.append(None)
-                continue
-            choice = assign_degrees(self._extra_times(groups, *shape), shape[1])
-            out.append(None if choice is None else choice.makespan)
-        return out
+    def _min_degree_sum(self, grouping: list[tuple[int, ...]]) -> int:
+        return sum(min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens) for g in grouping)
 
-    def _group_times(self, groups: list[tuple[int, ...]]) -> np.ndarray:
-        mins, spare = self._shape(groups)
-        times = self._extra_times(groups, mins, spare)
+    def _realise(self, groups: list[_Group]) -> RoundChoice:
+        times, spare = self._matrix(groups)
         choice = assign_degrees(times, spare)
-        return times[np.arange(len(groups)), choice.extra]
-
-    def _realise(self, groups: list[tuple[int, ...]]) -> RoundChoice:
-        mins, spare = self._shape(groups)
-        choice = assign_degrees(self._extra_times(groups, mins, spare), spare)
-        chosen = []
-        for k, g in enumerate(groups):
-            degree = int(mins[k] + choice.extra[k])
-            workload = self._workload(g)
-            chosen.append(GroupChoice(g, degree, self.timer.algo(workload, degree), self.timer.time(workload, degree)))
-        return RoundChoice(tuple(chosen), choice.makespan)
+        chosen = [
+            GroupChoice(g.samples, g.min_degree + int(extra), self.timer.cost.algos[int(g.algos[extra])],
+                        float(g.times[extra]))
+            for g, extra in zip(groups, choice.extra)
+        ]
+        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), choice.makespan)
