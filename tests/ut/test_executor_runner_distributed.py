@@ -13,7 +13,8 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.executor.config import parse_run_config
 from mindspeed_mm.core.fcp.executor.dataset import Sample, build_dataset
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
+from mindspeed_mm.core.fcp.executor.trainer import multi_rank_groups
+from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.executor.model import build_gpt_model
 from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.core.fcp.executor.plan_check import PlanMismatchError, check_plan_agreement, check_plan_executable
@@ -64,9 +65,9 @@ def _plan() -> Plan:
 TINY = Sample(index=0, tokens=torch.tensor([3, 9, 4]), labels=torch.tensor([9, 4, 7]), loss_mask=torch.ones(3))
 
 
-def _tiny_group_step(model: torch.nn.Module, groups: PlanGroupCache, rank: int) -> dict:
+def _tiny_group_step(model: torch.nn.Module, groups: CommGroupPool, rank: int) -> dict:
     """A 3-token sample on a group of all 4 ranks, with each algo: loss and summed gradients."""
-    groups.create([(0, 1, 2, 3)])
+    groups.prewarm([(0, 1, 2, 3)])
     out = {}
     for algo in ("ring", "ulysses"):
         model.zero_grad(set_to_none=True)
@@ -93,8 +94,8 @@ def _worker(rank: int, world_size: int) -> dict:
     sampler = PlanAwareSampler(dataset, global_batch_size=6, num_steps=1)
     model = build_gpt_model(config.model, config.training.seed)
     plan = _plan()
-    groups = PlanGroupCache()
-    groups.prepare(plan)
+    groups = CommGroupPool()
+    groups.prewarm(multi_rank_groups(plan))
     output = RoundRunner(model, sampler, groups, rank, torch.device("cpu")).run_step(plan, step=0)
     params = list(model.parameters())
     allreduce_gradients(params)

@@ -19,7 +19,6 @@ from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset, build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
 from mindspeed_mm.core.fcp.executor.log_format import iteration_line, memory_line, plan_summary_line
 from mindspeed_mm.core.fcp.executor.memory import MemoryTracker
 from mindspeed_mm.core.fcp.executor.model import build_gpt_model
@@ -29,6 +28,7 @@ from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
 logger = logging.getLogger(__name__)
@@ -76,10 +76,11 @@ class Trainer:
         self.model = build_gpt_model(config.model, config.training.seed).to(context.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
-        self.groups = PlanGroupCache()
+        limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
+        candidates = _contiguous_groups(context.world_size, limit)
+        self.groups = CommGroupPool(max_communicators=max(1, len(candidates)))
         if config.fcp.group_pool == "prewarm":
-            limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
-            self.groups.create(_contiguous_groups(context.world_size, limit))
+            self.groups.prewarm(candidates)
         self.runner = RoundRunner(self.model, self.sampler, self.groups, context.rank, context.device)
         self.memory = MemoryTracker(self.model, self.optimizer, context.device)
 
@@ -113,7 +114,7 @@ class Trainer:
         checked = time.perf_counter()
         check_plan_agreement(plan, step, device=self.context.device)
         check_plan_executable(plan, step, self.context.world_size, self.sampler.batch_lengths(step), self.planner.cost)
-        self.groups.prepare(plan)
+        self.groups.prewarm(multi_rank_groups(plan))
         plan_check_ms = (time.perf_counter() - checked) * 1e3
 
         output = self.runner.run_step(plan, step)
@@ -208,6 +209,11 @@ class Trainer:
             )
         if iteration in (1, t.train_iters):
             logger.info(memory_line(self.context.rank, iteration, self.memory.read()))
+
+
+def multi_rank_groups(plan: Plan) -> list[tuple[int, ...]]:
+    """The rank tuples of the plan's groups that communicate (degree 1 runs local attention)."""
+    return [group.ranks for round_plan in plan.rounds for group in round_plan.groups if group.degree > 1]
 
 
 def _contiguous_groups(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:

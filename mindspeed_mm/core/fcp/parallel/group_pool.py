@@ -1,18 +1,16 @@
 """Pool of the CP process groups that FCP layouts use, created once and reused every round.
 
-Two ways to create a group, both cached:
+Groups are created collectively: every process calls :meth:`CommGroupPool.prewarm` with the same
+candidates (at start-up with every group the placement can produce, or before a step with the
+groups of that step's plan), and each missing candidate is created with
+``new_group(ranks, use_local_synchronization=False)`` in one sorted order on all processes.
 
-* :meth:`CommGroupPool.prewarm` — every process calls it with the same candidate groups (at
-  start-up, or with a round's whole layout before the round). Each missing candidate is created
-  with ``new_group(ranks, use_local_synchronization=False)``, every process taking part in one
-  sorted order. This is always deadlock-free.
-* :meth:`CommGroupPool.get` on a miss — only the members call it, and it creates the group with
-  ``new_group(ranks, use_local_synchronization=True)``. torch (2.13 here) names such a group after
-  its ranks *and the number of process groups the calling process already has*, so the members
-  only meet if they hold equally many groups; otherwise they wait on different store keys until
-  the timeout. That holds when every process has created the same groups so far (for example the
-  first round after a prewarm, when all its groups are new); when layouts change from round to
-  round, prewarm each round's layout instead.
+Creation by the members alone (``use_local_synchronization=True``) is deliberately not offered:
+torch (2.13 here) names such a group after its ranks *and the number of process groups the calling
+process already holds*, so two members that took part in different groups before wait on
+different store keys and never meet. FCP plans are identical on every rank (their digest is checked
+each step), so collective creation in plan order costs nothing extra in coordination: one store
+barrier per distinct group, paid once.
 """
 from __future__ import annotations
 
@@ -31,16 +29,15 @@ class CommGroupPoolFullError(RuntimeError):
 
 
 class CommGroupPool:
-    """Hands out the process group of a set of global ranks, creating it once and caching it.
+    """Hands out the process group of a set of global ranks; groups are created once, collectively.
 
     A group's rank ``i`` is its ``i``-th smallest global rank, whatever order the ranks are given
     in. A group of one rank is an ordinary (communication-free) group.
 
-    Bounded by ``max_communicators``. When full, requests that need a new group raise
+    Bounded by ``max_communicators`` groups created (members or not, the same count on every
+    process, so all processes refuse together). When full, :meth:`prewarm` raises
     :class:`CommGroupPoolFullError`; nothing is evicted, because destroying a group is only safe
-    when all of its members agree to. :meth:`prewarm` counts every group it has created (members or
-    not, the same number on every process), so all processes refuse together; :meth:`get` counts
-    the groups this process holds.
+    when all of its members agree to.
     """
 
     def __init__(self, max_communicators: int = DEFAULT_MAX_COMMUNICATORS, *, backend: str | None = None) -> None:
@@ -49,18 +46,23 @@ class CommGroupPool:
         self.max_communicators = max_communicators
         self.backend = backend
         self._groups: dict[tuple[int, ...], dist.ProcessGroup] = {}
-        self._prewarmed: set[tuple[int, ...]] = set()
+        self._created: set[tuple[int, ...]] = set()
 
     @property
     def num_communicators(self) -> int:
         """Number of process groups this process belongs to and holds through the pool."""
         return len(self._groups)
 
+    @property
+    def num_created(self) -> int:
+        """Number of groups created through the pool, on every process alike (the bounded count)."""
+        return len(self._created)
+
     def __contains__(self, ranks: Sequence[int]) -> bool:
         return tuple(sorted(ranks)) in self._groups
 
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
-        """The group of ``ranks`` (global ranks, this process among them); its members create it on a miss."""
+        """The group of ``ranks`` (global ranks, this process among them), created by :meth:`prewarm`."""
         key = self._key(ranks)
         group = self._groups.get(key)
         if group is not None:
@@ -68,37 +70,31 @@ class CommGroupPool:
         me = dist.get_rank()
         if me not in key:
             raise ValueError(f"global rank {me} asked for group {list(key)} it is not a member of")
-        if len(self._groups) >= self.max_communicators:
-            raise CommGroupPoolFullError(
-                f"cannot create group {list(key)}: this process already holds max_communicators="
-                f"{self.max_communicators} groups"
-            )
-        group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=True)
-        self._groups[key] = group
-        logger.debug("members created process group %s (%d held)", list(key), len(self._groups))
-        return group
+        raise ValueError(f"group {list(key)} has not been created: every process must call "
+                         f"prewarm() with it (e.g. with the step's plan) before it is used")
 
     def prewarm(self, candidates: Iterable[Sequence[int]]) -> int:
-        """Create the candidates not prewarmed yet; every process must call this with the same candidates.
+        """Create the candidates not created yet; every process must call this with the same candidates.
 
         Returns how many new groups this process became a member of.
         """
         me = dist.get_rank()
-        missing = sorted({self._key(ranks) for ranks in candidates} - self._prewarmed)
-        if len(self._prewarmed) + len(missing) > self.max_communicators:
+        missing = sorted({self._key(ranks) for ranks in candidates} - self._created)
+        if len(self._created) + len(missing) > self.max_communicators:
             raise CommGroupPoolFullError(
-                f"prewarming {len(missing)} more groups would make {len(self._prewarmed) + len(missing)}, "
+                f"creating {len(missing)} more groups would make {len(self._created) + len(missing)}, "
                 f"above max_communicators={self.max_communicators}"
             )
         joined = 0
         for key in missing:
             group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=False)
-            self._prewarmed.add(key)
-            # A group its members already created through get() keeps serving; the new copy is unused.
-            if me in key and key not in self._groups:
+            self._created.add(key)
+            if me in key:
                 self._groups[key] = group
                 joined += 1
-        logger.info("prewarmed %d process groups (%d joined); pool holds %d", len(missing), joined, len(self._groups))
+        if missing:
+            logger.debug("created %d process groups (%d joined); pool holds %d", len(missing), joined,
+                         len(self._groups))
         return joined
 
     def _key(self, ranks: Sequence[int]) -> tuple[int, ...]:
