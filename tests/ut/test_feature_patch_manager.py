@@ -72,3 +72,26 @@ def test_unknown_target_is_named(target_module):
     with pytest.raises(ModuleNotFoundError, match="no_such_package_xyz"):
         MindSpeedPatchesManager.apply_patches()
     MindSpeedPatchesManager.patches_info.clear()
+
+
+def test_removal_leaves_the_replacement_in_its_own_module(target_module):
+    """The module that defines a replacement under the patched name must keep it after removal."""
+    module, consumer = target_module
+    original_add = module.add
+    provider = types.ModuleType("fcp_patch_provider")
+
+    def add(a, b):
+        return a - b
+
+    provider.add = add
+    sys.modules[provider.__name__] = provider
+    try:
+        for _ in range(2):  # apply, remove, and apply again
+            MindSpeedPatchesManager.register_patch("fcp_patch_target.add", provider.add)
+            MindSpeedPatchesManager.apply_patches()
+            assert module.add(5, 3) == 2 and consumer.add(5, 3) == 2
+            MindSpeedPatchesManager.remove_all_patches()
+            assert module.add is original_add and consumer.add is original_add
+            assert provider.add is add
+    finally:
+        del sys.modules[provider.__name__]

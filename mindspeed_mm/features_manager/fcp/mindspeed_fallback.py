@@ -22,7 +22,7 @@ import argparse
 import importlib
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class _Patch:
     new_obj: Any
     original: Any = None
     applied: bool = False
+    rebound_modules: list[Any] = field(default_factory=list)
 
 
 def _resolve(dotted: str) -> tuple[Any, str]:
@@ -124,7 +125,7 @@ class MindSpeedPatchesManager:
             is_wrapper = getattr(patch.new_obj, "__name__", "").endswith("_wrapper")
             replacement = patch.new_obj(patch.original) if is_wrapper else patch.new_obj
             setattr(owner, attr, replacement)
-            _rebind_imported_names(patch.original, replacement, attr)
+            patch.rebound_modules = _rebind_imported_names(patch.original, replacement, attr)
             patch.applied = True
             logger.debug("patched %s", patch.target)
 
@@ -136,12 +137,16 @@ class MindSpeedPatchesManager:
                 owner, attr = _resolve(patch.target)
                 current = getattr(owner, attr)
                 setattr(owner, attr, patch.original)
-                _rebind_imported_names(current, patch.original, attr)
+                # Only the modules rebound at apply time: the module defining the replacement keeps it.
+                for module in patch.rebound_modules:
+                    if getattr(module, attr, None) is current:
+                        setattr(module, attr, patch.original)
         cls.patches_info.clear()
 
 
-def _rebind_imported_names(old: Any, new: Any, attr: str) -> None:
-    """Modules that did ``from x import name`` hold the old object: point them at the new one."""
+def _rebind_imported_names(old: Any, new: Any, attr: str) -> list[Any]:
+    """Modules that did ``from x import name`` hold the old object: point them at the new one; returns them."""
+    rebound = []
     for module in list(sys.modules.values()):
         try:
             holds_old = module is not None and getattr(module, attr, None) is old
@@ -149,6 +154,8 @@ def _rebind_imported_names(old: Any, new: Any, attr: str) -> None:
             continue
         if holds_old:
             setattr(module, attr, new)
+            rebound.append(module)
+    return rebound
 
 
 class MindSpeedFeaturesManager:

@@ -1,0 +1,245 @@
+"""The FCP runtime behind the patches: rank layout, per-rank rounds, the batch shard function, the driver."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from distributed_utils import run_distributed
+from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_unshard
+from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
+from mindspeed_mm.features_manager.fcp.adapters.batch import shard_batch_for_round
+from mindspeed_mm.features_manager.fcp.adapters.schedule import fcp_forward_backward
+from mindspeed_mm.features_manager.fcp.runtime import (
+    FCPRankLayout,
+    FCPRound,
+    FCPRuntime,
+    FCPRuntimeError,
+    FCPRuntimeSettings,
+    contiguous_groups,
+    rounds_of_rank,
+)
+
+
+def make_plan(rounds: list[list[tuple[tuple[int, ...], str, tuple[int, ...]]]], num_ranks: int) -> Plan:
+    """A plan from (ranks, algo, sample positions) per group per round; predicted times are dummies."""
+    return Plan(
+        rounds=tuple(
+            RoundPlan(
+                groups=tuple(GroupPlan(ranks=r, degree=len(r), algo=a, samples=s, predicted_ms=1.0) for r, a, s in groups),
+                predicted_ms=1.0,
+            )
+            for groups in rounds
+        ),
+        predicted_ms=float(len(rounds)),
+        lower_bound_ms=1.0,
+        solver_ms=0.0,
+        num_ranks=num_ranks,
+    )
+
+
+# Round 0: FCP ranks 0-2 form a ring group, rank 3 alone; round 1: two Ulysses pairs.
+PLAN_4 = make_plan(
+    [
+        [((0, 1, 2), "ring", (0, 3)), ((3,), "ring", (1,))],
+        [((0, 1), "ulysses", (2,)), ((2, 3), "ulysses", (4, 5))],
+    ],
+    num_ranks=4,
+)
+
+
+def test_layout_maps_fcp_ranks_to_global_ranks_in_each_plane() -> None:
+    # TP = 2: planes are the even and the odd global ranks
+    layout = FCPRankLayout(planes=((0, 2, 4, 6), (1, 3, 5, 7)), rank=5)
+    assert (layout.plane, layout.fcp_rank, layout.num_fcp_ranks) == ((1, 3, 5, 7), 2, 4)
+    assert layout.global_ranks((0, 1, 2)) == (1, 3, 5)
+    assert layout.global_ranks((2, 3), plane=layout.planes[0]) == (4, 6)
+    rounds = rounds_of_rank(PLAN_4, layout)
+    assert rounds == [
+        FCPRound(round_index=0, group_ranks=(1, 3, 5), rank_in_group=2, algo="ring", batch_positions=(0, 3)),
+        FCPRound(round_index=1, group_ranks=(5, 7), rank_in_group=0, algo="ulysses", batch_positions=(4, 5)),
+    ]
+
+
+@pytest.mark.parametrize("planes, rank, message", [
+    (((0, 1), (2,)), 0, "same number of ranks"),
+    (((0, 1), (1, 2)), 0, "overlap"),
+    (((0, 1),), 5, "no FCP plane"),
+])
+def test_bad_layouts_are_named(planes: tuple, rank: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FCPRankLayout(planes=planes, rank=rank)
+
+
+def test_plan_for_another_plane_size_is_refused() -> None:
+    with pytest.raises(FCPRuntimeError, match="covers 4 FCP ranks but each DP x CP plane holds 2"):
+        rounds_of_rank(PLAN_4, FCPRankLayout(planes=((0, 1),), rank=0))
+
+
+def test_contiguous_groups() -> None:
+    assert contiguous_groups(4, 3) == [(0, 1), (1, 2), (2, 3), (0, 1, 2), (1, 2, 3)]
+
+
+def test_settings_name_bad_values() -> None:
+    with pytest.raises(ValueError, match="group_pool must be one of lazy, prewarm"):
+        FCPRuntimeSettings(group_pool="eager")
+
+
+def test_round_bookkeeping_errors() -> None:
+    runtime = FCPRuntime()
+    with pytest.raises(FCPRuntimeError, match="initialize_model_parallel"):
+        runtime.begin_step(PLAN_4)
+    runtime.layout = FCPRankLayout(planes=((0,),), rank=0)
+    with pytest.raises(FCPRuntimeError, match="no plan source"):
+        runtime.begin_step()
+    plan = make_plan([[((0,), "ring", (0,))], [((0,), "ring", (1,))]], num_ranks=1)
+    runtime.set_plan_source(lambda: plan)
+    with pytest.raises(FCPRuntimeError, match="outside the FCP driver"):
+        runtime.current_round
+    assert len(runtime.begin_step()) == 2
+    with pytest.raises(FCPRuntimeError, match="still running"):
+        runtime.begin_step()
+    runtime.next_round()
+    with pytest.raises(FCPRuntimeError, match="ran 1 micro-batches but its plan has 2 rounds"):
+        runtime.end_step()
+    runtime.begin_step()
+    runtime.next_round(), runtime.next_round()
+    with pytest.raises(FCPRuntimeError, match="beyond them"):
+        runtime.next_round()
+
+
+def _packed_batch(lengths: list[int]) -> dict[str, Any]:
+    total = sum(lengths)
+    return {
+        "tokens": torch.arange(total).unsqueeze(0),
+        "labels": torch.arange(total).unsqueeze(0) + 1000,
+        "loss_mask": torch.rand(1, total),
+        "attention_mask": None,
+        "cu_seqlens": torch.tensor([0, *lengths]).cumsum(0),
+        "sample_name": "kept as is",
+    }
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 5])
+def test_shards_of_all_group_ranks_rebuild_the_batch(degree: int) -> None:
+    lengths = [11, 4, 23, 10]
+    batch = _packed_batch(lengths)
+    cu = batch["cu_seqlens"]
+    shards = []
+    for rank in range(degree):
+        fcp_round = FCPRound(0, tuple(range(10, 10 + degree)), rank, "ulysses", (0, 1, 2, 3))
+        shard = shard_batch_for_round(batch, fcp_round, group=None)
+        params = shard["packed_seq_params"]
+        assert (params.degree, params.algo, params.group) == (degree, "ulysses", None)
+        torch.testing.assert_close(params.cu_seqlens, cu)
+        expected_positions = zigzag_positions(cu, rank, degree)
+        torch.testing.assert_close(params.position_ids, expected_positions)
+        torch.testing.assert_close(shard["position_ids"], expected_positions.unsqueeze(0))
+        assert shard["attention_mask"] is None and shard["sample_name"] == "kept as is"
+        assert "cu_seqlens" not in shard
+        shards.append(shard)
+    for key in ("tokens", "labels", "loss_mask"):
+        rebuilt = zigzag_unshard([s[key][0] for s in shards], cu, degree)
+        torch.testing.assert_close(rebuilt, batch[key][0], rtol=0, atol=0, msg=key)
+
+
+def test_given_position_ids_are_sharded_and_used() -> None:
+    batch = _packed_batch([6, 6])
+    batch["position_ids"] = (torch.arange(12) * 7).unsqueeze(0)
+    fcp_round = FCPRound(0, (0, 1), 1, "ring", (0, 1))
+    shard = shard_batch_for_round(batch, fcp_round, group=None)
+    torch.testing.assert_close(shard["packed_seq_params"].position_ids, shard["position_ids"].reshape(-1))
+    torch.testing.assert_close(shard["tokens"] * 7, shard["position_ids"])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cu_seqlens": None}, "cu_seqlens"),
+    ({"cu_seqlens": torch.tensor([0, 5, 5, 12])}, "increase strictly"),
+    ({"attention_mask": torch.ones(1, 1, 12, 12)}, "attention_mask"),
+    ({"labels": torch.zeros(2, 12)}, r"batch\['labels'\] has shape \(2, 12\)"),
+    ({"tokens": torch.zeros(1, 11)}, r"batch\['tokens'\]"),
+])
+def test_bad_batches_are_named(change: dict[str, Any], message: str) -> None:
+    batch = _packed_batch([5, 7])
+    for key, value in change.items():
+        if value is None:
+            del batch[key]
+        else:
+            batch[key] = value
+    with pytest.raises(ValueError, match=message):
+        shard_batch_for_round(batch, FCPRound(0, (0, 1), 0, "ring", (0, 1)), group=None)
+
+
+def test_driver_runs_one_micro_batch_per_round_and_recovers_from_errors() -> None:
+    runtime = FCPRuntime()
+    runtime.layout = FCPRankLayout(planes=((0,),), rank=0)
+    plans = iter([
+        make_plan([[((0,), "ring", (0,))], [((0,), "ring", (1, 2))], [((0,), "ring", (3,))]], num_ranks=1),
+        make_plan([[((0,), "ring", (0, 1))]], num_ranks=1),
+        make_plan([[((0,), "ring", (0,))]], num_ranks=1),
+    ])
+    runtime.set_plan_source(lambda: next(plans))
+    seen: list[tuple[int, ...]] = []
+
+    def schedule(*, forward_step_func: Any, num_microbatches: int, **kwargs: Any) -> int:
+        for _ in range(num_microbatches):
+            forward_step_func(None, None)
+        return num_microbatches
+
+    def forward_step(data_iterator: Any, model: Any) -> None:
+        seen.append(runtime.current_round.batch_positions)
+
+    driver = fcp_forward_backward(schedule, runtime)
+    assert driver(forward_step_func=forward_step, num_microbatches=8, data_iterator=None, model=None) == 3
+    assert seen == [(0,), (1, 2), (3,)]
+    assert driver(forward_step_func=forward_step, num_microbatches=8, data_iterator=None, model=None) == 1
+
+    def failing(*, forward_step_func: Any, num_microbatches: int, **kwargs: Any) -> None:
+        raise RuntimeError("device error")
+
+    with pytest.raises(RuntimeError, match="device error"):
+        fcp_forward_backward(failing, runtime)(forward_step_func=forward_step, num_microbatches=1)
+    with pytest.raises(FCPRuntimeError, match="no FCP step is running"):
+        runtime.step_rounds
+
+
+def _tp2_layout_and_groups(rank: int, world_size: int) -> dict[str, Any]:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from mindspeed_mm.features_manager.fcp.adapters.model_parallel import initialize_model_parallel_wrapper
+    from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
+
+    runtime = reset_fcp_runtime(FCPRuntimeSettings(group_pool="prewarm", max_degree=2))
+    initialize_model_parallel_wrapper(parallel_state.initialize_model_parallel)(tensor_model_parallel_size=2)
+    assert get_fcp_runtime() is runtime
+    layout = runtime.require_layout()
+    prewarmed = runtime.groups.num_communicators
+    plan = make_plan([[((0, 1), "ring", (0,))], [((0,), "ring", (1,)), ((1,), "ring", (2,))]], num_ranks=2)
+    rounds = runtime.begin_step(plan)
+    sums = []
+    for _ in rounds:
+        fcp_round = runtime.next_round()
+        group = runtime.process_group(fcp_round)
+        value = torch.tensor([float(rank + 1)])
+        if group is not None:
+            dist.all_reduce(value, group=group)
+        sums.append(float(value))
+    runtime.end_step()
+    parallel_state.destroy_model_parallel()
+    return {"planes": layout.planes, "fcp_rank": layout.fcp_rank, "prewarmed": prewarmed,
+            "groups": [r.group_ranks for r in rounds], "sums": sums}
+
+
+def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
+    """TP = 2 on 4 ranks: FCP planes are (0, 2) and (1, 3); a plan's degree-2 group is (0, 2) in one plane
+    and (1, 3) in the other, and its process group reduces over exactly those ranks."""
+    results = run_distributed(_tp2_layout_and_groups, 4, timeout_s=180.0)
+    for rank, result in enumerate(results):
+        plane = (0, 2) if rank % 2 == 0 else (1, 3)
+        assert result["planes"] == ((0, 2), (1, 3))
+        assert result["fcp_rank"] == plane.index(rank)
+        assert result["prewarmed"] == 1, "prewarm creates the one degree-2 group of this rank's plane"
+        assert result["groups"] == [plane, (rank,)]
+        assert result["sums"] == [float(sum(r + 1 for r in plane)), float(rank + 1)]
