@@ -7,7 +7,6 @@ deterministic: the same inputs give the same plan and digest on every rank.
 from __future__ import annotations
 
 import logging
-import math
 import operator
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -21,7 +20,7 @@ from mindspeed_mm.core.fcp.solver.packing import min_degree_for
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, SampleFacts, SearchLimits
-from mindspeed_mm.core.fcp.solver.rounds import min_rounds, round_counts, spread_over_rounds
+from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -31,8 +30,9 @@ logger = logging.getLogger(__name__)
 # Problems up to this many samples x ranks get the thorough search (every move, many R values).
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(max_iterations=64, max_targets=1 << 30, max_movers=1 << 30,
-                         bin_fractions=(1.0, 0.75, 0.5), first_improvement=False)
-_FAST = SearchLimits(max_iterations=4, max_targets=3, max_movers=2, bin_fractions=(1.0,), first_improvement=True)
+                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False)
+_FAST = SearchLimits(max_iterations=4, max_targets=3, max_movers=2, bin_fractions=(1.0,), uniform_degrees=2,
+                     first_improvement=True)
 
 
 def plan_batch(
@@ -68,7 +68,7 @@ def plan_batch(
     small = len(lengths) * n_ranks <= _SMALL_PROBLEM
     solver = RoundSolver(facts, timer, capacity, n_ranks, _THOROUGH if small else _FAST)
     best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds,
-                        extra_rounds=len(lengths) if small else 2, stop_when_worse=not small)
+                        extra_rounds=3 if small else 2, stop_when_worse=not small)
 
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node) for choice in best)
     straddling = sum(r[1] for r in rounds)
@@ -100,17 +100,29 @@ def _best_rounds(
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
+    min_samples = -(-n_ranks // solver.top_degree)
+    round_tokens = n_ranks * capacity
+    # Candidate anchors of `fill_rounds`: the longest samples by device time, ranked by their
+    # shortest possible time.
+    heavy = sorted(range(len(lengths)), key=lambda i: (-facts.device_ms[i], i))[: min(limit, tried[-1]) + 4]
+    heavy_ms = {i: solver.best_ms(i) for i in heavy}
+    anchors = sorted(heavy, key=lambda i: (-heavy_ms[i], i))
     count = tried[0]
     while count <= limit and (count <= tried[-1] or best is None):
-        spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity)
-        if spread is not None:
+        spreads = [spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)]
+        if count <= len(anchors):
+            spreads.append(fill_rounds(facts.device_ms, lengths, anchors[:count],
+                                       [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples))
+        totals = []
+        for spread in dict.fromkeys(tuple(map(tuple, s)) for s in spreads if s is not None):
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
                 total = sum(r.makespan for r in solved)
-                if best is not None and total >= best[0] and stop_when_worse:
-                    break
+                totals.append(total)
                 if best is None or total < best[0]:
                     best = (total, solved)
+        if stop_when_worse and best is not None and totals and min(totals) > best[0]:
+            break
         count += 1
     if best is None:
         raise ValueError(

@@ -37,6 +37,8 @@ class SearchLimits:
     """Samples of the slowest group (smallest first) tried for moving / pulling out."""
     bin_fractions: tuple[float, ...]
     """Fractions of the free ranks used as one-rank groups by the time-balanced (LPT) packing."""
+    uniform_degrees: int
+    """Degrees g = 2..this tried by the uniform packing (N // g groups of about g ranks each)."""
     first_improvement: bool
     """Take the first improving move instead of the best one."""
 
@@ -106,6 +108,11 @@ class RoundSolver:
         self.limits = limits
         self._known: dict[tuple[int, ...], _Group] = {}
 
+    def best_ms(self, i: int) -> float:
+        """Shortest time of sample i alone over every degree it may get."""
+        lo = min_degree_for(self.lengths[i], self.capacity_tokens)
+        return float(np.min(self.timer.window(self.facts.workloads[i], lo, self.top_degree)))
+
     # ------------------------------------------------------------------ solving
     def solve(self, sample_ids: Sequence[int]) -> RoundChoice | None:
         """Best grouping and degrees found for these samples in one round (None: does not fit)."""
@@ -134,6 +141,15 @@ class RoundSolver:
             groups = self._lpt_packing(sample_ids, fraction)
             if groups is not None and groups not in found:
                 found.append(groups)
+        for degree in range(2, min(self.limits.uniform_degrees, self.top_degree) + 1):
+            groups = self._uniform_packing(sample_ids, degree)
+            if groups is not None and groups not in found:
+                found.append(groups)
+        singletons = [(i,) for i in sorted(sample_ids)]
+        if len(singletons) <= self.num_ranks and singletons not in found:
+            # The most groups possible: needed when a degree cap leaves fewer groups unable to
+            # occupy every rank.
+            found.append(singletons)
         return found
 
     def _lpt_packing(self, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
@@ -179,6 +195,24 @@ class RoundSolver:
         if len(groups) > self.num_ranks or self._min_degree_sum(groups) > self.num_ranks:
             return None
         return groups
+
+    def _uniform_packing(self, sample_ids: Sequence[int], degree: int) -> list[tuple[int, ...]] | None:
+        """N // degree groups of `degree` ranks (the leftover ranks widen the first ones); samples
+        go longest first to the group with the least work per rank that has memory for them."""
+        count = self.num_ranks // degree
+        widths = [degree + (1 if k < self.num_ranks - count * degree else 0) for k in range(count)]
+        members: list[list[int]] = [[] for _ in range(count)]
+        load = [0.0] * count
+        tokens = [0] * count
+        for i in sorted(sample_ids, key=lambda i: (-self.facts.device_ms[i], i)):
+            fits = [k for k in range(count) if tokens[k] + self.lengths[i] <= widths[k] * self.capacity_tokens]
+            if not fits:
+                return None
+            k = min(fits, key=lambda k: ((load[k] + self.facts.device_ms[i]) / widths[k], k))
+            members[k].append(i)
+            load[k] += float(self.facts.device_ms[i])
+            tokens[k] += self.lengths[i]
+        return sorted(tuple(sorted(m)) for m in members if m)
 
     # ------------------------------------------------------------------ local search
     def _improve(self, groups: list[_Group], makespan: float) -> list[_Group]:

@@ -1,0 +1,73 @@
+"""Placement: contiguous rank ranges, node-aware, deterministic."""
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.solver.placement import place_groups
+
+
+def _ranges(degrees, placement):
+    return [tuple(range(s, s + d)) for s, d in zip(placement.starts, degrees)]
+
+
+def _check(degrees, num_ranks, rpn):
+    placement = place_groups(degrees, num_ranks, rpn)
+    ranges = _ranges(degrees, placement)
+    covered = sorted(r for rng in ranges for r in rng)
+    assert covered == list(range(num_ranks))
+    straddling = sum(1 for rng, d in zip(ranges, degrees) if d <= rpn and rng[0] // rpn != rng[-1] // rpn)
+    assert straddling == placement.straddling
+    return placement, ranges
+
+
+def test_small_groups_stay_inside_nodes():
+    # 5 + 3 and 4 + 4 fill two 8-rank nodes exactly; a naive left-to-right layout would split a 4.
+    placement, ranges = _check([5, 4, 3, 4], 16, 8)
+    assert placement.straddling == 0
+    assert ranges == [(0, 1, 2, 3, 4), (8, 9, 10, 11), (5, 6, 7), (12, 13, 14, 15)]
+
+
+def test_large_groups_take_whole_nodes_first():
+    placement, ranges = _check([2, 12, 2], 16, 8)
+    assert ranges[1] == tuple(range(12))
+    assert placement.straddling == 0
+    assert ranges[0] == (12, 13) and ranges[2] == (14, 15)
+
+
+def test_unpackable_sizes_straddle_and_are_counted():
+    placement, _ = _check([4, 3, 3, 3, 3], 16, 8)
+    assert placement.straddling == 1
+
+
+def test_partial_last_node():
+    placement, _ = _check([3, 2, 1, 4], 10, 4)
+    assert placement.straddling == 0
+
+
+def test_placement_errors():
+    with pytest.raises(ValueError, match="num_ranks=8"):
+        place_groups([4, 3], 8, 4)
+    with pytest.raises(ValueError, match="degrees must be >= 1"):
+        place_groups([4, 0, 4], 8, 4)
+
+
+def test_random_layouts_are_valid_deterministic_and_node_aware():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        rpn = int(rng.choice([2, 4, 8, 16]))
+        nodes = int(rng.integers(1, 9))
+        num_ranks = rpn * nodes
+        degrees = []
+        while sum(degrees) < num_ranks:
+            degrees.append(int(min(rng.integers(1, 2 * rpn + 1), num_ranks - sum(degrees))))
+        placement, _ = _check(degrees, num_ranks, rpn)
+        assert place_groups(degrees, num_ranks, rpn) == placement
+        # Groups that are each a divisor of the node size always pack without straddling.
+        if all(rpn % d == 0 for d in degrees):
+            assert placement.straddling == 0
+
+
+def test_thousand_ranks_many_groups():
+    degrees = [1] * 600 + [2] * 100 + [8] * 10 + [24] * 4
+    degrees += [1] * (1024 - sum(degrees))
+    placement, _ = _check(degrees, 1024, 8)
+    assert placement.straddling == 0

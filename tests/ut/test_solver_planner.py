@@ -1,0 +1,150 @@
+"""plan_batch: properties over random batches, hand-made cases, errors, determinism, lower bound."""
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, SolverConfig, validate_plan
+from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, unlimited_memory_twin
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
+from solver_fakes import FakeCostModel, FakeTable
+
+A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
+# A small memory budget so that short batches already need context parallelism and several rounds.
+A3_8B_TIGHT = CostModel.from_preset("a3-qwen3vl-8b", max_tokens_per_rank=8192)
+H100_2B = CostModel.from_preset("h100-qwen3vl-2b", max_tokens_per_rank=16384)
+FAKE = FakeCostModel(FakeTable(capacity_tokens=8192, ranks_per_node=8))
+
+
+def _random_case(rng, cost):
+    n = int(rng.integers(1, 48))
+    num_ranks = int(rng.choice([1, 2, 3, 5, 8, 12, 16, 24, 32]))
+    capacity = cost.capacity_tokens
+    lengths = np.exp(rng.normal(np.log(capacity * 0.5), 1.1, size=n)).astype(int)
+    lengths = np.clip(lengths, 16, capacity * num_ranks).tolist()
+    max_degree = None if rng.random() < 0.7 else int(rng.integers(max(1, -(-max(lengths) // capacity)),
+                                                               num_ranks + 1))
+    config = SolverConfig(num_ranks, ranks_per_node=cost.ranks_per_node, max_degree=max_degree)
+    return lengths, config
+
+
+@pytest.mark.parametrize("cost", [A3_8B_TIGHT, H100_2B, FAKE], ids=["a3-8b-8k", "h100-2b-16k", "fake"])
+def test_random_batches_give_valid_node_aware_deterministic_plans(cost):
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        lengths, config = _random_case(rng, cost)
+        plan = plan_batch(lengths, cost, config)
+        # coverage, memory, degrees sum to N, contiguous ranks, feasible algo, consistent times
+        validate_plan(plan, lengths, cost)
+        rpn = config.ranks_per_node
+        straddling = sum(1 for r in plan.rounds for g in r.groups
+                         if g.degree <= rpn and g.ranks[0] // rpn != g.ranks[-1] // rpn)
+        assert straddling == plan.extras["cross_node_groups"]
+        assert all(g.degree <= config.degree_limit for r in plan.rounds for g in r.groups)
+        assert plan.lower_bound_ms <= plan.predicted_ms * (1 + 1e-9)
+        again = plan_batch(lengths, cost, config)
+        assert again.digest() == plan.digest()
+        assert {k: v for k, v in again.to_json().items() if k != "solver_ms"} == \
+            {k: v for k, v in plan.to_json().items() if k != "solver_ms"}
+
+
+def test_patches_are_planned_and_validated():
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(500, 20000, size=30).tolist()
+    patches = [4 * x for x in lengths]
+    config = SolverConfig(16, ranks_per_node=16)
+    plan = plan_batch(lengths, A3_8B, config, patches=patches)
+    validate_plan(plan, lengths, A3_8B, patches=patches)
+    without = plan_batch(lengths, A3_8B, config)
+    assert plan.predicted_ms > without.predicted_ms  # the vision encoder adds work
+
+
+def test_one_sample_gets_every_rank():
+    plan = plan_batch([50_000], A3_8B, SolverConfig(8, ranks_per_node=16))
+    assert len(plan.rounds) == 1 and len(plan.rounds[0].groups) == 1
+    group = plan.rounds[0].groups[0]
+    assert group.ranks == tuple(range(8)) and group.samples == (0,)
+
+
+def test_equal_short_samples_run_data_parallel():
+    # Eight equal short samples on eight ranks: one sample per rank is the balanced layout.
+    plan = plan_batch([4000] * 8, A3_8B, SolverConfig(8, ranks_per_node=16))
+    assert plan.num_rounds == 1
+    assert sorted(len(g.samples) for g in plan.rounds[0].groups) == [1] * 8
+
+
+def test_memory_forces_rounds():
+    # 4 samples of 8,000 tokens, 2 ranks of 8,192 tokens: two per round at most.
+    plan = plan_batch([8000] * 4, A3_8B_TIGHT, SolverConfig(2, ranks_per_node=16))
+    assert plan.num_rounds == 2
+    validate_plan(plan, [8000] * 4, A3_8B_TIGHT)
+
+
+def test_max_rounds_is_respected_or_named():
+    lengths = [3000] * 12
+    plan = plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=2))
+    assert plan.num_rounds <= 2
+    with pytest.raises(ValueError, match="max_rounds=1"):
+        plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=1))
+
+
+def test_errors_name_the_problem():
+    config = SolverConfig(4, ranks_per_node=16)
+    with pytest.raises(ValueError, match="empty"):
+        plan_batch([], A3_8B, config)
+    with pytest.raises(ValueError, match="sample 2: length must be a positive integer, got 0"):
+        plan_batch([10, 20, 0], A3_8B, config)
+    with pytest.raises(ValueError, match="sample 1: length must be a positive integer, got -5"):
+        plan_batch([10, -5], A3_8B, config)
+    with pytest.raises(ValueError, match="sample 0: length must be an integer"):
+        plan_batch([12.5], A3_8B, config)
+    with pytest.raises(ValueError, match="patches has 1 entries for 2 samples"):
+        plan_batch([10, 20], A3_8B, config, patches=[3])
+    with pytest.raises(ValueError, match="sample 1: patches must be a non-negative integer"):
+        plan_batch([10, 20], A3_8B, config, patches=[3, -1])
+    with pytest.raises(ValueError, match="num_ranks"):
+        plan_batch([10], A3_8B, SolverConfig(0))
+
+
+def test_infeasible_sample_error_names_index_length_capacity_and_max_degree():
+    config = SolverConfig(8, ranks_per_node=16, max_degree=2)
+    with pytest.raises(InfeasibleSampleError) as info:
+        plan_batch([1000, 20000, 5000], A3_8B_TIGHT, config)
+    err = info.value
+    assert (err.index, err.length, err.capacity_tokens, err.max_degree) == (1, 20000, 8192, 2)
+    assert "sample 1" in str(err) and "20000" in str(err) and "8192" in str(err) and "2" in str(err)
+    assert isinstance(err, ValueError)
+
+
+def test_large_batch_is_planned_quickly_enough_for_a_unit_test():
+    rng = np.random.default_rng(0)
+    lengths = np.exp(rng.normal(8.3, 0.7, size=512)).astype(int).clip(64).tolist()
+    plan = plan_batch(lengths, A3_8B, SolverConfig(64, ranks_per_node=16))
+    validate_plan(plan, lengths, A3_8B)
+    assert plan.predicted_ms <= 1.25 * plan.lower_bound_ms
+
+
+# ---------------------------------------------------------------- what the lower bound relies on
+@pytest.mark.parametrize("cost", [A3_8B, H100_2B], ids=["a3-8b", "h100-2b"])
+def test_cost_model_properties_behind_the_lower_bound(cost):
+    twin = unlimited_memory_twin(cost)
+    empty = twin.workload([])
+    fixed = float(twin.best_time_ms(empty, np.array([1]))[0][0])
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        a = rng.integers(100, 80000, size=int(rng.integers(1, 5))).tolist()
+        b = rng.integers(100, 80000, size=int(rng.integers(1, 5))).tolist()
+        one = np.array([1])
+        t_a, t_b, t_ab = (float(twin.best_time_ms(twin.workload(x), one)[0][0]) for x in (a, b, a + b))
+        # affine on one rank
+        assert t_ab - fixed == pytest.approx((t_a - fixed) + (t_b - fixed), rel=1e-9)
+        degrees = np.arange(1, 65)
+        times = twin.best_time_ms(twin.workload(a + b), degrees)[0]
+        # d ranks never use fewer rank-milliseconds than one rank
+        assert np.all(degrees * times >= t_ab * (1 - 1e-12))
+        # adding documents never speeds a group up
+        assert np.all(times >= twin.best_time_ms(twin.workload(a), degrees)[0] * (1 - 1e-12))
+
+
+def test_undominated_samples():
+    assert undominated_samples([5, 9, 9, 3], None) == [1]
+    assert undominated_samples([5, 9, 3, 4], [50, 10, 80, 80]) == [1, 0, 3]
