@@ -1,9 +1,12 @@
 """Typed run configuration read from a MindSpeed-MM-style YAML file.
 
-The file has two sections. `gpt_args:` holds Megatron-style keys (model shape, batch sizes,
-optimizer, `context_parallel_algo`, `context_parallel_size`) and the `fcp_*` keys of FCP;
-`data:` describes the synthetic dataset. Every key is checked: an unknown key, a missing required
-key or a value of the wrong type raises `ConfigError` naming the file, the section and the key.
+The file has two sections, plus an optional third. `gpt_args:` holds Megatron-style keys (model
+shape, batch sizes, optimizer, `context_parallel_algo`, `context_parallel_size`) and the `fcp_*`
+keys of FCP; `data:` describes the synthetic dataset. `vision:` turns the run into a vision-language
+model (a video encoder in front of the decoder) trained on synthetic video-caption samples; it holds
+the encoder's shape and how the video metadata is scaled down. Every key is checked: an unknown
+key, a missing required key or a value of the wrong type raises `ConfigError` naming the file, the
+section and the key.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from mindspeed_mm.core.fcp.executor.vision.mrope_sections import interleaved_mrope_axes
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
 
 CP_ALGOS = ("fcp_cp_algo", "megatron_cp_algo")
@@ -150,6 +154,77 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class VisionConfig:
+    """Vision encoder of the VLM (`vision:` section): patch embedding, ViT blocks, 2x2 merger, mRoPE split."""
+
+    num_layers: int = _key("num_layers")
+    """Vision transformer blocks."""
+    hidden_size: int = _key("hidden_size")
+    """Vision transformer width."""
+    ffn_hidden_size: int = _key("ffn_hidden_size")
+    """Width of the vision MLP (GELU)."""
+    num_attention_heads: int = _key("num_attention_heads")
+    """Vision attention heads."""
+    patch_size: int = _key("patch_size", 2)
+    """Side of a square patch, in pixels."""
+    temporal_patch_size: int = _key("temporal_patch_size", 2)
+    """Consecutive frames folded into one patch (one frame group)."""
+    spatial_merge_size: int = _key("spatial_merge_size", 2)
+    """Patches merged per side into one LLM token."""
+    in_channels: int = _key("in_channels", 3)
+    """Colour channels of a frame."""
+    norm_epsilon: float = _key("norm_epsilon", 1e-6)
+    """LayerNorm epsilon of the vision blocks."""
+    mrope_temporal_section: int | None = _key("mrope_temporal_section", None)
+    """Rotary frequencies of the decoder's head that take the temporal position; None derives all three
+    sections from the decoder head in Qwen3-VL's 24:20:20 proportion."""
+    mrope_height_section: int | None = _key("mrope_height_section", None)
+    """Rotary frequencies that take the height position (set all three sections or none)."""
+    mrope_width_section: int | None = _key("mrope_width_section", None)
+    """Rotary frequencies that take the width position (set all three sections or none)."""
+
+    @property
+    def head_dim(self) -> int:
+        """Channels per vision attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def patch_dim(self) -> int:
+        """Pixel values in one patch: channels x temporal patch x patch side^2."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size * self.patch_size
+
+    @property
+    def patches_per_token(self) -> int:
+        """Patches merged into one LLM token."""
+        return self.spatial_merge_size * self.spatial_merge_size
+
+    def mrope_sections(self, decoder_head_dim: int) -> tuple[int, int, int]:
+        """(temporal, height, width) rotary frequency counts of a decoder head; they sum to head_dim / 2."""
+        t, h, w = self.mrope_temporal_section, self.mrope_height_section, self.mrope_width_section
+        if t is not None and h is not None and w is not None:
+            return (t, h, w)
+        frequencies = decoder_head_dim // 2
+        spatial = frequencies * 20 // 64
+        return (frequencies - 2 * spatial, spatial, spatial)
+
+
+@dataclass(frozen=True)
+class VideoDataConfig:
+    """How the synthetic video-caption samples scale a workload generator's clips down (`vision:` section)."""
+
+    frame_scale: float = _key("frame_scale", 4.0)
+    """Frame groups (2 sampled frames each) of a generated clip are divided by this (rounded up, at least 1)."""
+    grid_scale: float = _key("grid_scale", 8.0)
+    """Merged-token rows and columns of a frame are each divided by this (rounded up, at least 1)."""
+    text_scale: float = _key("text_scale", 16.0)
+    """Caption tokens are divided by this (rounded up)."""
+    min_caption_tokens: int = _key("min_caption_tokens", 2)
+    """Scaled captions are raised to at least this many tokens (they carry the loss)."""
+    prompt_tokens: int = _key("prompt_tokens", 3)
+    """Loss-free text tokens before the video (chat template and vision-start marker)."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything one `fcp train` run needs."""
 
@@ -163,8 +238,17 @@ class RunConfig:
     """FCP planner/executor settings."""
     data: DataConfig
     """Synthetic dataset settings."""
+    vision: VisionConfig | None = None
+    """Vision encoder of a vision-language run; None trains the text-only decoder."""
+    video_data: VideoDataConfig | None = None
+    """Scaling of the synthetic video-caption samples; set exactly when `vision` is."""
     source: str = "<mapping>"
     """Where the configuration was read from (for messages)."""
+
+    @property
+    def is_vlm(self) -> bool:
+        """True when a vision encoder runs in front of the decoder."""
+        return self.vision is not None
 
     @property
     def is_fcp(self) -> bool:
@@ -186,7 +270,12 @@ class RunConfig:
 _SECTIONS: dict[str, tuple[type, ...]] = {
     "gpt_args": (ModelConfig, TrainingConfig, OptimizerConfig, FCPConfig),
     "data": (DataConfig,),
+    "vision": (VisionConfig, VideoDataConfig),
 }
+_OPTIONAL_SECTIONS = ("vision",)
+# Keys of `data:` that describe the text-only length generator; the video-caption dataset scales its
+# samples with the `vision:` keys instead, so setting these in a vision run is an error.
+_TEXT_ONLY_DATA_KEYS = ("length_scale", "min_length", "loss_free_prefix")
 
 
 def embedded_config_names() -> list[str]:
@@ -233,6 +322,8 @@ def parse_run_config(data: Any, source: str = "<mapping>") -> RunConfig:
         raise ConfigError(f"{source}: missing section 'gpt_args'")
     parsed: dict[type, Any] = {}
     for section, classes in _SECTIONS.items():
+        if section in _OPTIONAL_SECTIONS and section not in data:
+            continue
         values = data.get(section) or {}
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: section {section!r} must be a mapping, got {type(values).__name__}")
@@ -248,8 +339,17 @@ def parse_run_config(data: Any, source: str = "<mapping>") -> RunConfig:
         optimizer=parsed[OptimizerConfig],
         fcp=parsed[FCPConfig],
         data=parsed[DataConfig],
+        vision=parsed.get(VisionConfig),
+        video_data=parsed.get(VideoDataConfig),
         source=source,
     )
+    if config.is_vlm:
+        for key in _TEXT_ONLY_DATA_KEYS:
+            if key in (data.get("data") or {}):
+                raise ConfigError(
+                    f"{source}: data.{key} applies to the text-only dataset; a run with a vision section scales "
+                    "its video-caption samples with vision.frame_scale, grid_scale, text_scale and min_caption_tokens"
+                )
     _check_consistency(config)
     return config
 
@@ -358,3 +458,50 @@ def _check_consistency(config: RunConfig) -> None:
         raise ConfigError(f"{data_where}.min_length={d.min_length} exceeds gpt_args.seq_length={m.seq_length}")
     if not 0.0 <= d.loss_free_prefix < 1.0:
         raise ConfigError(f"{data_where}.loss_free_prefix must be in [0, 1), got {d.loss_free_prefix}")
+    if config.vision is not None and config.video_data is not None:
+        _check_vision(config.vision, config.video_data, m, f"{config.source}: vision")
+
+
+def _check_vision(v: VisionConfig, video: VideoDataConfig, m: ModelConfig, where: str) -> None:
+    positive = {
+        "num_layers": v.num_layers,
+        "hidden_size": v.hidden_size,
+        "ffn_hidden_size": v.ffn_hidden_size,
+        "num_attention_heads": v.num_attention_heads,
+        "patch_size": v.patch_size,
+        "temporal_patch_size": v.temporal_patch_size,
+        "spatial_merge_size": v.spatial_merge_size,
+        "in_channels": v.in_channels,
+        "min_caption_tokens": video.min_caption_tokens,
+        "norm_epsilon": v.norm_epsilon,
+        "frame_scale": video.frame_scale,
+        "grid_scale": video.grid_scale,
+        "text_scale": video.text_scale,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{where}.{key} must be positive, got {value}")
+    if video.prompt_tokens < 0:
+        raise ConfigError(f"{where}.prompt_tokens must be >= 0, got {video.prompt_tokens}")
+    if v.hidden_size % v.num_attention_heads:
+        raise ConfigError(
+            f"{where}.hidden_size={v.hidden_size} is not divisible by num_attention_heads={v.num_attention_heads}"
+        )
+    if v.head_dim % 4:
+        raise ConfigError(
+            f"{where}: vision head dimension {v.head_dim} must be a multiple of 4 (2D rotary: half rows, half columns)"
+        )
+    section_keys = ("mrope_temporal_section", "mrope_height_section", "mrope_width_section")
+    given = [getattr(v, key) for key in section_keys]
+    if any(value is None for value in given) and any(value is not None for value in given):
+        raise ConfigError(f"{where}: set all of {', '.join(section_keys)} or none of them")
+    sections = v.mrope_sections(m.head_dim)
+    if sum(sections) != m.head_dim // 2:
+        raise ConfigError(
+            f"{where}: mRoPE sections (temporal, height, width) = {sections} must sum to half the decoder head "
+            f"dimension ({m.head_dim // 2})"
+        )
+    try:
+        interleaved_mrope_axes(sections)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
