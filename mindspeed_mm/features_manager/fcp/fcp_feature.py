@@ -73,8 +73,8 @@ class FCPFeature(MindSpeedFeature):
         group.add_argument("--fcp-profile-table", type=str, default=None,
                            help="Profile table (JSON) measured by `fcp profile`; overrides --fcp-preset.")
         group.add_argument("--fcp-preset", type=str, default=None,
-                           help="Analytic cost preset `<hardware>-<model>` (see `fcp plan --list-presets`), "
-                                "used when no profile table is given.")
+                           help="Analytic cost preset `<hardware>-<model>`, e.g. a3-qwen3vl-8b (the list is in the "
+                                "FCP docs), used when no profile table is given.")
         group.add_argument("--fcp-max-degree", type=positive_int, default=None,
                            help="Largest CP degree of one group (default: all DP x CP ranks).")
         group.add_argument("--fcp-max-tokens-per-rank", type=positive_int, default=None,
@@ -84,7 +84,8 @@ class FCPFeature(MindSpeedFeature):
         group.add_argument("--fcp-async-planning", type=str_to_bool, nargs="?", const=True, default=True,
                            help="Plan step t+1 in a background thread while step t runs.")
         group.add_argument("--fcp-group-pool", type=str, default="lazy", choices=GROUP_POOL_POLICIES,
-                           help="lazy: members create a group on first use; prewarm: create all at start-up.")
+                           help="lazy: create a CP group before the first step whose plan uses it; "
+                                "prewarm: create every group of 2..max-degree contiguous ranks at start-up.")
         group.add_argument("--fcp-ranks-per-node", type=positive_int, default=None,
                            help="Ranks sharing a node's fast link (default: the cost table's hardware); "
                                 "groups that fit in a node are kept inside one.")

@@ -1,0 +1,99 @@
+"""The planner and per-step plan source of a Megatron run, built from the `--fcp-*` options.
+
+The data loader knows the token lengths of each global batch before the step runs; it registers a
+plan source built here with `get_fcp_runtime().set_plan_source(...)`, and the FCP forward-backward
+driver then takes one plan per step from it.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+
+from mindspeed_mm.core.fcp.cost import ALGOS, CostModel, ProfileTable
+from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
+from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
+
+logger = logging.getLogger(__name__)
+
+
+def cost_model_from_args(args: argparse.Namespace) -> CostModel:
+    """The cost model of --fcp-profile-table (or --fcp-preset at the run's TP/PP), --fcp-max-tokens-per-rank
+    and --fcp-attention-algo."""
+    algos = ALGOS if args.fcp_attention_algo == "auto" else (args.fcp_attention_algo,)
+    if args.fcp_profile_table is not None:
+        table = ProfileTable.load(args.fcp_profile_table)
+        return CostModel(table, max_tokens_per_rank=args.fcp_max_tokens_per_rank, algos=algos)
+    return CostModel.from_preset(
+        args.fcp_preset,
+        max_tokens_per_rank=args.fcp_max_tokens_per_rank,
+        algos=algos,
+        tp=getattr(args, "tensor_model_parallel_size", 1),
+        pp=getattr(args, "pipeline_model_parallel_size", 1),
+    )
+
+
+def planner_from_args(args: argparse.Namespace, num_fcp_ranks: int) -> BatchPlanner:
+    """The FCP planner of a run whose DP x CP planes hold `num_fcp_ranks` ranks."""
+    cost = cost_model_from_args(args)
+    solver = SolverConfig(
+        num_ranks=num_fcp_ranks,
+        ranks_per_node=args.fcp_ranks_per_node or cost.ranks_per_node,
+        max_degree=args.fcp_max_degree,
+    )
+    return BatchPlanner(cost=cost, solver_config=solver, static_cp_degree=None)
+
+
+class StepPlanSource:
+    """Plans step after step from the global batches' token lengths, one step ahead with --fcp-async-planning.
+
+    Call it once per training step (the FCP driver does); it returns that step's plan.
+    """
+
+    def __init__(
+        self,
+        planner: BatchPlanner,
+        batch_lengths: Callable[[int], Sequence[int]],
+        num_steps: int,
+        *,
+        async_planning: bool,
+        log_plan: bool = False,
+    ) -> None:
+        self.planner = planner
+        self.batch_lengths = batch_lengths
+        self.log_plan = log_plan
+        self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning)
+        self._step = 0
+
+    def _plan(self, step: int) -> Plan:
+        return self.planner.plan(self.batch_lengths(step))
+
+    def __call__(self) -> Plan:
+        planned = self._planner.get(self._step)
+        self._step += 1
+        if self.log_plan:
+            plan = planned.plan
+            logger.info(
+                "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms",
+                planned.step + 1, plan.num_rounds, [[g.degree for g in r.groups] for r in plan.rounds],
+                plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms,
+            )
+        return planned.plan
+
+    def close(self) -> None:
+        """Stops background planning."""
+        self._planner.close()
+
+
+def plan_source_from_args(
+    args: argparse.Namespace, num_fcp_ranks: int, batch_lengths: Callable[[int], Sequence[int]], num_steps: int
+) -> StepPlanSource:
+    """The plan source of a run, configured by --fcp-async-planning and --fcp-log-plan."""
+    return StepPlanSource(
+        planner_from_args(args, num_fcp_ranks),
+        batch_lengths,
+        num_steps,
+        async_planning=args.fcp_async_planning,
+        log_plan=args.fcp_log_plan,
+    )
