@@ -96,6 +96,11 @@ class SyntheticDataset:
         """Read-only int64 number of tokens of every sample that count in the loss (always >= 1)."""
         return self._loss_tokens
 
+    @property
+    def vision_patches(self) -> None:
+        """Text-only samples have no vision-encoder patches."""
+        return None
+
     def __getitem__(self, index: int) -> Sample:
         if not 0 <= index < len(self):
             raise IndexError(f"sample index {index} is outside 0..{len(self) - 1}")

@@ -40,12 +40,19 @@ def check_plan_agreement(
         )
 
 
-def check_plan_executable(plan: Plan, step: int, num_ranks: int, lengths: Sequence[int], cost: CostModel) -> None:
+def check_plan_executable(
+    plan: Plan,
+    step: int,
+    num_ranks: int,
+    lengths: Sequence[int],
+    cost: CostModel,
+    patches: Sequence[int] | None = None,
+) -> None:
     """Raises `InvalidPlanError` naming the step unless `plan` covers all `num_ranks` ranks in every
     round, places every sample of the batch exactly once and fits the cost model's limits."""
     if plan.num_ranks != num_ranks:
         raise InvalidPlanError(f"step {step + 1}: plan covers {plan.num_ranks} ranks but training runs on {num_ranks}")
     try:
-        validate_plan(plan, lengths, cost)
+        validate_plan(plan, lengths, cost, patches)
     except InvalidPlanError as err:
         raise InvalidPlanError(f"step {step + 1}: {err}") from None

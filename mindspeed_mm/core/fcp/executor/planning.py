@@ -50,8 +50,10 @@ class BatchPlanner:
         static = None if config.is_fcp else config.training.context_parallel_size
         return cls(cost=cost, solver_config=solver_config, static_cp_degree=static)
 
-    def plan(self, lengths: Sequence[int]) -> Plan:
-        """The plan of a global batch whose samples have these token lengths."""
+    def plan(self, lengths: Sequence[int], patches: Sequence[int] | None = None) -> Plan:
+        """The plan of a global batch whose samples have these token lengths (and vision-encoder patches)."""
         if self.static_cp_degree is None:
-            return plan_batch(lengths, self.cost, self.solver_config)
-        return megatron_static_cp(lengths, self.cost, self.solver_config, cp_degree=self.static_cp_degree)
+            return plan_batch(lengths, self.cost, self.solver_config, patches=patches)
+        return megatron_static_cp(
+            lengths, self.cost, self.solver_config, patches=patches, cp_degree=self.static_cp_degree
+        )

@@ -66,8 +66,13 @@ class ReferenceCoreAttention(MegatronModule):
 def train_reference(config: RunConfig, progress: bool = False) -> tuple[TrainResult, dict[str, torch.Tensor]]:
     """Trains on one process; returns the step records and the final parameters.
 
-    megatron-core's model-parallel state must be initialised (one rank, TP = PP = 1).
+    megatron-core's model-parallel state must be initialised (one rank, TP = PP = 1). A run with a
+    vision section trains the VLM (`vision.reference.train_vlm_reference`).
     """
+    if config.is_vlm:
+        from mindspeed_mm.core.fcp.executor.vision.reference import train_vlm_reference
+
+        return train_vlm_reference(config, progress=progress)
     t = config.training
     dataset = build_dataset(config)
     model = build_gpt_model(config.model, t.seed, core_attention=ReferenceCoreAttention)

@@ -46,6 +46,10 @@ class StepRecord:
     all-gather, which also waits for the last rank to start the step, plan validation, creation of new
     groups), `forward_backward_ms` (all rounds), `grad_sync_ms` (the gradient all-reduce, including waiting
     for the slowest rank), `optimizer_ms` and `step_ms` (the whole step)."""
+    vision_patches_trained: list[int] = field(default_factory=list)
+    """Vision-encoder patches of each sample encoded, summed over all ranks (empty for a text-only model)."""
+    vision_patches_per_rank: list[int] = field(default_factory=list)
+    """Vision-encoder patches each rank encoded in the step (empty for a text-only model)."""
 
 
 @dataclass

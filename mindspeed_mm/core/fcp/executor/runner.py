@@ -10,7 +10,7 @@ import torch.distributed as dist
 from megatron.core.models.gpt.gpt_model import GPTModel
 
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
 from mindspeed_mm.core.fcp.solver import Plan
 
 
@@ -48,6 +48,8 @@ class RoundRecord:
     """Planner's predicted time of the group."""
     forward_backward_ms: float
     """Measured wall time of this rank in the round: loading its samples, sharding, forward and backward."""
+    vision_patches: int = 0
+    """Vision-encoder patches this rank encoded in the round (0 for a text-only model)."""
 
 
 @dataclass
@@ -60,6 +62,22 @@ class StepAccounting:
     """`[global_batch]` float64 tokens whose loss was counted."""
     groups: torch.Tensor
     """`[global_batch]` float64 number of groups that trained the sample (counted on each group's first rank)."""
+    vision_patches: torch.Tensor
+    """`[global_batch]` float64 vision-encoder patches of the sample that this rank encoded."""
+
+
+@dataclass(frozen=True)
+class RoundForward:
+    """What one rank's forward pass of one round produced, for the loss and the accounting."""
+
+    token_losses: torch.Tensor
+    """`[1, t]` per-token losses of this rank's shard."""
+    loss_mask: torch.Tensor
+    """`[t]` float32, 1 where a token's loss counts."""
+    sample_ids: torch.Tensor
+    """`[t]` int64 dataset index of each shard token's sample (CPU)."""
+    vision_patches: dict[int, int] = field(default_factory=dict)
+    """Dataset index -> vision patches of that sample this rank encoded in the round."""
 
 
 @dataclass
@@ -100,6 +118,7 @@ class RoundRunner:
             tokens=torch.zeros(size, dtype=torch.float64),
             loss_tokens=torch.zeros(size, dtype=torch.float64),
             groups=torch.zeros(size, dtype=torch.float64),
+            vision_patches=torch.zeros(size, dtype=torch.float64),
         )
         loss_sum = torch.zeros((), dtype=torch.float64)
         records = []
@@ -107,32 +126,20 @@ class RoundRunner:
             group = rank_round.group
             started = time.perf_counter()
             process_group = self.groups.get(group.ranks) if group.degree > 1 else None
-            shard = build_shard_batch(
-                self.sampler.load(rank_round),
-                rank_in_group=rank_round.rank_in_group,
-                degree=group.degree,
-                group=process_group,
-                algo=group.algo,
-            ).to(self.device)
-            token_losses = self.model(
-                shard.tokens,
-                shard.position_ids,
-                None,
-                labels=shard.labels,
-                packed_seq_params=shard.packed_seq_params,
-            )
-            round_loss = (token_losses.reshape(-1) * shard.loss_mask).sum()
+            forward = self.forward_round(rank_round, process_group)
+            round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
             (round_loss / normaliser).backward()
             synchronize(self.device)
             elapsed_ms = (time.perf_counter() - started) * 1e3
 
             loss_sum += round_loss.detach().to("cpu", torch.float64)
-            mask = shard.loss_mask.detach().to("cpu", torch.float64)
+            mask = forward.loss_mask.detach().to("cpu", torch.float64)
             for sample_index in rank_round.sample_indices:
-                on_sample = shard.sample_ids == sample_index
+                on_sample = forward.sample_ids == sample_index
                 position = sample_index - batch.start
                 accounting.tokens[position] += float(on_sample.sum())
                 accounting.loss_tokens[position] += float(mask[on_sample].sum())
+                accounting.vision_patches[position] += float(forward.vision_patches.get(sample_index, 0))
                 if rank_round.rank_in_group == 0:
                     accounting.groups[position] += 1.0
             records.append(
@@ -141,9 +148,29 @@ class RoundRunner:
                     ranks=group.ranks,
                     algo=group.algo if group.degree > 1 else "local",
                     sample_indices=rank_round.sample_indices,
-                    shard_tokens=int(shard.sample_ids.numel()),
+                    shard_tokens=int(forward.sample_ids.numel()),
                     predicted_ms=group.predicted_ms,
                     forward_backward_ms=elapsed_ms,
+                    vision_patches=sum(forward.vision_patches.values()),
                 )
             )
         return StepOutput(loss_sum=loss_sum, accounting=accounting, rounds=records)
+
+    def forward_round(self, rank_round: RankRound, process_group: dist.ProcessGroup | None) -> RoundForward:
+        """Loads the round's samples, builds this rank's shard and runs the model forward."""
+        group = rank_round.group
+        shard = build_shard_batch(
+            self.sampler.load(rank_round),
+            rank_in_group=rank_round.rank_in_group,
+            degree=group.degree,
+            group=process_group,
+            algo=group.algo,
+        ).to(self.device)
+        token_losses = self.model(
+            shard.tokens,
+            shard.position_ids,
+            None,
+            labels=shard.labels,
+            packed_seq_params=shard.packed_seq_params,
+        )
+        return RoundForward(token_losses=token_losses, loss_mask=shard.loss_mask, sample_ids=shard.sample_ids)

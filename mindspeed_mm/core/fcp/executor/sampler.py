@@ -2,11 +2,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.executor.dataset import Sample, SyntheticDataset
+from mindspeed_mm.core.fcp.executor.dataset import Sample
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan
+
+
+class PlanDataset(Protocol):
+    """What the sampler needs of a dataset: metadata for the planner, samples by index."""
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """LLM tokens of every sample."""
+        ...
+
+    @property
+    def loss_tokens(self) -> np.ndarray:
+        """Tokens of every sample that count in the loss."""
+        ...
+
+    @property
+    def vision_patches(self) -> np.ndarray | None:
+        """Vision-encoder patches of every sample; None for a text-only dataset."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Sample: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +54,7 @@ class PlanAwareSampler:
     their lengths; a rank then loads just the samples of its groups.
     """
 
-    def __init__(self, dataset: SyntheticDataset, global_batch_size: int, num_steps: int) -> None:
+    def __init__(self, dataset: PlanDataset, global_batch_size: int, num_steps: int) -> None:
         if global_batch_size <= 0 or num_steps <= 0:
             raise ValueError(f"global_batch_size and num_steps must be positive, got {global_batch_size}, {num_steps}")
         if len(dataset) < global_batch_size * num_steps:
@@ -52,6 +76,14 @@ class PlanAwareSampler:
         """Token lengths of the global batch (metadata only, nothing is loaded)."""
         indices = self.batch_indices(step)
         return self.dataset.lengths[indices.start : indices.stop]
+
+    def batch_patches(self, step: int) -> np.ndarray | None:
+        """Vision-encoder patches of the global batch's samples (metadata); None without a vision encoder."""
+        patches = self.dataset.vision_patches
+        if patches is None:
+            return None
+        indices = self.batch_indices(step)
+        return patches[indices.start : indices.stop]
 
     def batch_loss_tokens(self, step: int) -> int:
         """Tokens of the global batch that count in the loss: the loss normaliser of the step."""

@@ -1,5 +1,9 @@
 """`fcp train`: trains the tiny Qwen3-style model with FCP (or Megatron's static ring CP) on every rank.
 
+With a `vision:` section the model is the tiny Qwen3-VL-shaped VLM (`vision.model`), the data the
+synthetic video-caption set, and each group splits the vision encoder over its ranks (`vision.runner`);
+the planner then also sees every sample's vision-encoder patches.
+
 Per step: get the plan (planned in the background during the previous step), check that all ranks
 hold the same executable plan, run the rounds, all-reduce the gradients once over all FCP ranks,
 take the optimizer step, and log in Megatron's format.
@@ -16,7 +20,7 @@ from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
 from mindspeed_mm.core.fcp.executor.config import RunConfig
-from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset, build_dataset
+from mindspeed_mm.core.fcp.executor.dataset import build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
 from mindspeed_mm.core.fcp.executor.log_format import iteration_line, memory_line, plan_summary_line
@@ -27,7 +31,7 @@ from mindspeed_mm.core.fcp.executor.plan_check import check_plan_agreement, chec
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
@@ -37,10 +41,10 @@ _TIMING_KEYS = ("plan_wait_ms", "plan_check_ms", "forward_backward_ms", "grad_sy
 
 
 class TokenAccountingError(RuntimeError):
-    """A step did not train every sample of its global batch exactly once."""
+    """A step did not train every sample of its global batch exactly once (tokens, loss tokens, vision patches)."""
 
 
-def check_samples_fit(dataset: SyntheticDataset, planner: BatchPlanner) -> None:
+def check_samples_fit(dataset: PlanDataset, planner: BatchPlanner) -> None:
     """Raises `InfeasibleSampleError` for the first sample that no allowed group can hold."""
     max_degree = planner.static_cp_degree or planner.solver_config.degree_limit
     capacity = planner.cost.capacity_tokens
@@ -51,8 +55,15 @@ def check_samples_fit(dataset: SyntheticDataset, planner: BatchPlanner) -> None:
 
 
 def _check_accounting(iteration: int, indices: range, lengths: np.ndarray, loss_tokens: np.ndarray,
-                      tokens: np.ndarray, trained_loss_tokens: np.ndarray, groups: np.ndarray) -> None:
+                      tokens: np.ndarray, trained_loss_tokens: np.ndarray, groups: np.ndarray,
+                      patches: np.ndarray | None, encoded_patches: np.ndarray) -> None:
     for position, index in enumerate(indices):
+        expected_patches = 0 if patches is None else int(patches[position])
+        if encoded_patches[position] != expected_patches:
+            raise TokenAccountingError(
+                f"step {iteration}: sample {index} has {expected_patches} vision patches, but the ranks encoded "
+                f"{int(encoded_patches[position])}"
+            )
         if groups[position] != 1 or tokens[position] != lengths[position] or (
             trained_loss_tokens[position] != loss_tokens[position]
         ):
@@ -70,10 +81,19 @@ class Trainer:
         self.config = config
         self.context = context
         self.planner = BatchPlanner.from_config(config, context.world_size)
-        self.dataset = build_dataset(config)
+        self.dataset: PlanDataset
+        self.model: torch.nn.Module
+        if config.vision is not None:
+            from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
+            from mindspeed_mm.core.fcp.executor.vision.model import build_vlm_model
+
+            self.dataset = build_video_dataset(config)
+            self.model = build_vlm_model(config.model, config.vision, config.training.seed).to(context.device)
+        else:
+            self.dataset = build_dataset(config)
+            self.model = build_gpt_model(config.model, config.training.seed).to(context.device)
         check_samples_fit(self.dataset, self.planner)
         self.sampler = PlanAwareSampler(self.dataset, config.training.global_batch_size, config.training.train_iters)
-        self.model = build_gpt_model(config.model, config.training.seed).to(context.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
         limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
@@ -81,11 +101,18 @@ class Trainer:
         self.groups = CommGroupPool(max_communicators=max(1, len(candidates)))
         if config.fcp.group_pool == "prewarm":
             self.groups.prewarm(candidates)
-        self.runner = RoundRunner(self.model, self.sampler, self.groups, context.rank, context.device)
+        self.runner = self._runner()
         self.memory = MemoryTracker(self.model, self.optimizer, context.device)
 
+    def _runner(self) -> RoundRunner:
+        if self.config.vision is not None:
+            from mindspeed_mm.core.fcp.executor.vision.runner import VLMRoundRunner
+
+            return VLMRoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
+        return RoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
+
     def _plan_step(self, step: int) -> Plan:
-        return self.planner.plan(self.sampler.batch_lengths(step))
+        return self.planner.plan(self.sampler.batch_lengths(step), self.sampler.batch_patches(step))
 
     def train(self, progress: bool = False) -> TrainResult:
         """Runs all steps; every rank returns the same records."""
@@ -113,7 +140,14 @@ class Trainer:
 
         checked = time.perf_counter()
         check_plan_agreement(plan, step, device=self.context.device)
-        check_plan_executable(plan, step, self.context.world_size, self.sampler.batch_lengths(step), self.planner.cost)
+        check_plan_executable(
+            plan,
+            step,
+            self.context.world_size,
+            self.sampler.batch_lengths(step),
+            self.planner.cost,
+            self.sampler.batch_patches(step),
+        )
         self.groups.prewarm(multi_rank_groups(plan))
         plan_check_ms = (time.perf_counter() - checked) * 1e3
 
@@ -147,12 +181,18 @@ class Trainer:
         """Reduces this rank's loss, accounting and timings over all ranks (bookkeeping, outside the timings)."""
         acc = output.accounting
         size = acc.tokens.numel()
+        world = self.context.world_size
+        # Each rank fills its own slot, so the sum is every rank's encoded patches.
+        rank_patches = torch.zeros(world, dtype=torch.float64)
+        rank_patches[self.context.rank] = float(sum(r.vision_patches for r in output.rounds))
         summed = torch.cat(
             [
                 output.loss_sum.reshape(1),
                 acc.tokens,
                 acc.loss_tokens,
                 acc.groups,
+                acc.vision_patches,
+                rank_patches,
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
@@ -170,8 +210,12 @@ class Trainer:
         tokens = summed[1 : 1 + size].numpy().round().astype(np.int64)
         trained_loss_tokens = summed[1 + size : 1 + 2 * size].numpy().round().astype(np.int64)
         groups = summed[1 + 2 * size : 1 + 3 * size].numpy().round().astype(np.int64)
-        _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups)
-        mean_timings = summed[1 + 3 * size :] / self.context.world_size
+        encoded_patches = summed[1 + 3 * size : 1 + 4 * size].numpy().round().astype(np.int64)
+        per_rank_patches = summed[1 + 4 * size : 1 + 4 * size + world].numpy().round().astype(np.int64)
+        patches = self.sampler.batch_patches(step)
+        _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups,
+                          patches, encoded_patches)
+        mean_timings = summed[1 + 4 * size + world :] / world
         return StepRecord(
             iteration=step + 1,
             loss=float(summed[0]) / self.sampler.batch_loss_tokens(step),
@@ -185,6 +229,8 @@ class Trainer:
             predicted_round_ms=[r.predicted_ms for r in plan.rounds],
             measured_round_ms=round_ms.tolist(),
             timings_ms={k: float(v) for k, v in zip(_TIMING_KEYS, mean_timings.tolist())},
+            vision_patches_trained=encoded_patches.tolist() if patches is not None else [],
+            vision_patches_per_rank=per_rank_patches.tolist() if patches is not None else [],
         )
 
     def _log(self, record: StepRecord, plan: Plan) -> None:

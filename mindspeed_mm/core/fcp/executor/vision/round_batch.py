@@ -1,0 +1,95 @@
+"""One rank's input for one VLM round: its zigzag shard, its frame groups and its vision-token exchange."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
+from mindspeed_mm.core.fcp.executor.vision.dataset import VideoSample
+from mindspeed_mm.core.fcp.executor.vision.exchange import VisionRouting, vision_routing
+from mindspeed_mm.core.fcp.executor.vision.frames import FrameUnit, assign_frame_units, frame_units, token_holders
+from mindspeed_mm.core.fcp.executor.vision.rotary import MRopePackedSeqParams
+from mindspeed_mm.core.fcp.parallel import zigzag_layout, zigzag_shard
+
+
+@dataclass(frozen=True)
+class VLMShardBatch:
+    """Model inputs of one rank in one round (tensors hold this rank's shard tokens only)."""
+
+    tokens: torch.Tensor
+    """`[1, t]` int64 input ids (vision tokens hold a placeholder id)."""
+    labels: torch.Tensor
+    """`[1, t]` int64 next-token targets."""
+    loss_mask: torch.Tensor
+    """`[t]` float32, 1 where the token's loss counts."""
+    sample_ids: torch.Tensor
+    """`[t]` int64 dataset index of the sample each token belongs to."""
+    vision_mask: torch.Tensor
+    """`[t]` bool, True at vision tokens."""
+    packed_seq_params: MRopePackedSeqParams
+    """Group, algorithm, packed layout and the shard's 3D position ids."""
+    units: tuple[FrameUnit, ...]
+    """Every frame group of the group's packed batch."""
+    owners: tuple[int, ...]
+    """Group rank that encodes each of `units`."""
+    routing: VisionRouting
+    """Where this rank's encoded tokens go and where the received ones land."""
+    rank_in_group: int
+    """This rank's index in the group."""
+
+    @property
+    def encoded_units(self) -> tuple[FrameUnit, ...]:
+        """The frame groups this rank encodes, in packed order (the order of its encoder output)."""
+        return tuple(u for u, owner in zip(self.units, self.owners) if owner == self.rank_in_group)
+
+
+def build_vlm_shard_batch(
+    samples: Sequence[VideoSample],
+    *,
+    rank_in_group: int,
+    degree: int,
+    group: dist.ProcessGroup | None,
+    algo: str,
+) -> VLMShardBatch:
+    """Packs `samples` in order, keeps group rank `rank_in_group`'s zigzag shard and plans the vision work.
+
+    Text fields come from `build_shard_batch` (including its loss-free padding document when the group
+    holds fewer tokens than ranks); the 3D position ids and vision mask are built for the whole packed
+    batch and sharded the same way.
+    """
+    text = build_shard_batch(samples, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo)
+    cu_seqlens = text.packed_seq_params.cu_seqlens
+    padding = int(cu_seqlens[-1]) - sum(s.length for s in samples)
+    mrope = [s.mrope_position_ids for s in samples]
+    vision = [s.vision_mask for s in samples]
+    if padding:
+        mrope.append(torch.arange(padding, dtype=torch.int64).unsqueeze(1).expand(-1, 3))
+        vision.append(torch.zeros(padding, dtype=torch.bool))
+
+    layout = zigzag_layout(cu_seqlens, degree)
+    units = frame_units([s.layout for s in samples], [s.index for s in samples], cu_seqlens[:-1].tolist())
+    holders = token_holders(layout)
+    owners = assign_frame_units(units, degree, holders)
+    params = text.packed_seq_params
+    return VLMShardBatch(
+        tokens=text.tokens,
+        labels=text.labels,
+        loss_mask=text.loss_mask,
+        sample_ids=text.sample_ids,
+        vision_mask=zigzag_shard(torch.cat(vision), cu_seqlens, rank_in_group, degree),
+        packed_seq_params=MRopePackedSeqParams(
+            cu_seqlens=params.cu_seqlens,
+            position_ids=params.position_ids,
+            group=params.group,
+            degree=params.degree,
+            algo=params.algo,
+            mrope_position_ids=zigzag_shard(torch.cat(mrope), cu_seqlens, rank_in_group, degree),
+        ),
+        units=units,
+        owners=owners,
+        routing=vision_routing(units, owners, layout, holders, rank_in_group),
+        rank_in_group=rank_in_group,
+    )

@@ -1,0 +1,78 @@
+"""Round runner of the VLM: each rank encodes its share of the group's frame groups, then the exchange
+hands every rank the merged vision tokens of its zigzag shard before the decoder runs."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.executor.runner import GroupProvider, RoundForward, RoundRunner
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
+from mindspeed_mm.core.fcp.executor.vision.dataset import VideoCaptionDataset, VideoSample
+from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch
+from mindspeed_mm.core.fcp.executor.vision.exchange import exchange_vision_tokens
+from mindspeed_mm.core.fcp.executor.vision.model import VisionLanguageModel
+from mindspeed_mm.core.fcp.executor.vision.round_batch import VLMShardBatch, build_vlm_shard_batch
+
+
+class VLMRoundRunner(RoundRunner):
+    """`RoundRunner` whose forward pass splits the vision encoder over the round's group."""
+
+    def __init__(
+        self,
+        model: VisionLanguageModel,
+        sampler: PlanAwareSampler,
+        groups: GroupProvider,
+        rank: int,
+        device: torch.device,
+    ) -> None:
+        if not isinstance(sampler.dataset, VideoCaptionDataset):
+            raise TypeError(f"VLMRoundRunner needs a VideoCaptionDataset, got {type(sampler.dataset).__name__}")
+        super().__init__(model, sampler, groups, rank, device)  # type: ignore[arg-type]
+        self.vlm = model
+        self.videos = sampler.dataset
+
+    def forward_round(self, rank_round: RankRound, process_group: dist.ProcessGroup | None) -> RoundForward:
+        """Loads the group's text and this rank's frame groups, encodes, exchanges, runs the decoder."""
+        group = rank_round.group
+        samples = self.sampler.load(rank_round)
+        if not all(isinstance(s, VideoSample) for s in samples):
+            raise TypeError("VLMRoundRunner loads VideoSample items only")
+        batch = build_vlm_shard_batch(
+            samples,  # type: ignore[arg-type]
+            rank_in_group=rank_round.rank_in_group,
+            degree=group.degree,
+            group=process_group,
+            algo=group.algo,
+        )
+        encoded, patches = self._encode(batch)
+        vision_tokens = exchange_vision_tokens(encoded, batch.routing, process_group)
+        params = batch.packed_seq_params.to(self.device)
+        token_losses = self.vlm(
+            batch.tokens.to(self.device),
+            batch.labels.to(self.device),
+            vision_tokens,
+            batch.routing.recv_positions.to(self.device),
+            params,
+        )
+        return RoundForward(
+            token_losses=token_losses,
+            loss_mask=batch.loss_mask.to(self.device),
+            sample_ids=batch.sample_ids,
+            vision_patches=patches,
+        )
+
+    def _encode(self, batch: VLMShardBatch) -> tuple[torch.Tensor, dict[int, int]]:
+        """This rank's merged vision tokens (packed order) and the patches it encoded per sample."""
+        units = batch.encoded_units
+        patches: dict[int, int] = {}
+        for unit in units:
+            patches[unit.sample_index] = patches.get(unit.sample_index, 0) + unit.patches
+        if not units:
+            # Still a graph input, so that this rank joins the exchange's backward all-to-all.
+            hidden = self.vlm.decoder.config.hidden_size
+            return torch.zeros(0, hidden, device=self.device, requires_grad=True), patches
+        frames = FrameBatch.from_frame_groups(
+            [self.videos.frame_group(u.sample_index, u.group) for u in units],
+            [self.videos.layout(u.sample_index) for u in units],
+        )
+        return self.vlm.encode(frames.to(self.device)), patches
