@@ -146,3 +146,18 @@ def test_pre_validate_hands_cp_to_fcp_before_megatron_derives_dp():
     args.data_parallel_size = 2  # as if an older MindSpeed let Megatron derive DP = 8 / 4 first
     FCPFeature().post_validate_args(args)
     assert (args.context_parallel_size, args.fcp_static_context_parallel_size, args.data_parallel_size) == (1, 4, 8)
+
+
+def test_unknown_fcp_option_kept_by_parse_known_args_is_named():
+    args = parse("--fcp-preset", "a3-qwen3vl-8b")
+    args.fcp_max_degre = "8"  # a misspelt YAML key, as MindSpeed's parse_known_args would keep it
+    with pytest.raises(FCPArgumentError, match=r"unknown FCP option --fcp-max-degre \(did you mean --fcp-max-degree\?\)"):
+        FCPFeature().validate_args(args)
+
+
+def test_fcp_options_list_matches_the_parser():
+    from mindspeed_mm.features_manager.fcp.fcp_feature import FCP_OPTIONS
+
+    parser = argparse.ArgumentParser()
+    FCPFeature().register_args(parser)
+    assert tuple(a.dest for a in parser._actions if a.dest.startswith("fcp_")) == FCP_OPTIONS

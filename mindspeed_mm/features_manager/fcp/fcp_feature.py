@@ -22,6 +22,11 @@ from .mindspeed_compat import MindSpeedFeature
 FCP_CP_ALGO = "fcp_cp_algo"
 ATTENTION_ALGOS = ("auto", "ring", "ulysses")
 GROUP_POOL_POLICIES = ("lazy", "prewarm")
+FCP_OPTIONS = (
+    "fcp_profile_table", "fcp_preset", "fcp_max_degree", "fcp_max_tokens_per_rank", "fcp_attention_algo",
+    "fcp_async_planning", "fcp_group_pool", "fcp_ranks_per_node", "fcp_log_plan",
+)
+"""Destinations of the `--fcp-*` options, in registration order."""
 # Options that change how static CP or attention is laid out and have no meaning under FCP.
 INCOMPATIBLE_FLAGS = (
     "use_cp_send_recv_overlap",  # double-buffered static ring

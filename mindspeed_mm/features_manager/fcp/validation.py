@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
 
-from .fcp_feature import INCOMPATIBLE_FLAGS, fcp_ranks
+from .fcp_feature import FCP_OPTIONS, INCOMPATIBLE_FLAGS, fcp_ranks
 
 
 class FCPArgumentError(ValueError):
@@ -15,6 +16,7 @@ class FCPArgumentError(ValueError):
 
 def validate_fcp_args(args: argparse.Namespace) -> None:
     """Check the `--fcp-*` options against each other and against the model and parallel layout."""
+    _check_unknown_fcp_options(args)
     _check_incompatible_flags(args)
     _check_training_options(args)
     table = _load_cost_source(args)
@@ -27,6 +29,18 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
             f"(world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))")
     if args.fcp_attention_algo == "ulysses":
         _check_ulysses_has_a_degree(args, args.fcp_max_degree or ranks)
+
+
+def _check_unknown_fcp_options(args: argparse.Namespace) -> None:
+    """MindSpeed parses with parse_known_args and keeps unknown options: a misspelt `fcp_*` key must not pass."""
+    recorded = {"fcp_static_context_parallel_size"}
+    for name in sorted(vars(args)):
+        if name.startswith("fcp_") and name not in FCP_OPTIONS and name not in recorded:
+            flag = "--" + name.replace("_", "-")
+            known = ["--" + option.replace("_", "-") for option in FCP_OPTIONS]
+            close = difflib.get_close_matches(flag, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise FCPArgumentError(f"unknown FCP option {flag}{hint}; the FCP options are: {', '.join(known)}")
 
 
 def _check_incompatible_flags(args: argparse.Namespace) -> None:
