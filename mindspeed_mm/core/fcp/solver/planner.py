@@ -30,9 +30,10 @@ logger = logging.getLogger(__name__)
 # Problems up to this many samples x ranks get the thorough search (every move, many R values).
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(max_iterations=64, max_targets=1 << 30, max_movers=1 << 30,
-                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False)
-_FAST = SearchLimits(max_iterations=4, max_targets=3, max_movers=2, bin_fractions=(1.0,), uniform_degrees=2,
-                     first_improvement=True)
+                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False,
+                         first_feasible_start=False)
+_FAST = SearchLimits(max_iterations=3, max_targets=3, max_movers=2, bin_fractions=(1.0,), uniform_degrees=1,
+                     first_improvement=True, first_feasible_start=False)
 
 
 def plan_batch(
@@ -61,7 +62,7 @@ def plan_batch(
     workloads = [cost.workload([length], None if patches is None else [patches[i]])
                  for i, length in enumerate(lengths)]
     timer = GroupTimer(cost, max_degree)
-    facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
+    facts = _sample_facts(lengths, patches, workloads, mins, timer, capacity, max_degree)
     lower_bound = step_lower_bound(cost, workloads, lengths, patches, timer, n_ranks,
                                    min_rounds(lengths, n_ranks, capacity))
 
@@ -108,21 +109,30 @@ def _best_rounds(
     heavy_ms = {i: solver.best_ms(i) for i in heavy}
     anchors = sorted(heavy, key=lambda i: (-heavy_ms[i], i))
     count = tried[0]
+    kinds = ["lpt", "fill"]
     while count <= limit and (count <= tried[-1] or best is None):
-        spreads = [spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)]
-        if count <= len(anchors):
-            spreads.append(fill_rounds(facts.device_ms, lengths, anchors[:count],
-                                       [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples))
-        totals = []
-        for spread in dict.fromkeys(tuple(map(tuple, s)) for s in spreads if s is not None):
+        results: dict[str, float] = {}
+        for kind in kinds:
+            if kind == "lpt":
+                spread = spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)
+            elif count <= len(anchors):
+                spread = fill_rounds(facts.device_ms, lengths, anchors[:count],
+                                     [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples)
+            else:
+                spread = None
+            if spread is None:
+                continue
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
-                total = sum(r.makespan for r in solved)
-                totals.append(total)
-                if best is None or total < best[0]:
-                    best = (total, solved)
-        if stop_when_worse and best is not None and totals and min(totals) > best[0]:
-            break
+                results[kind] = sum(r.makespan for r in solved)
+                if best is None or results[kind] < best[0]:
+                    best = (results[kind], solved)
+        if stop_when_worse and results:
+            # Large batches: later round counts only use the spread that did best, and stop at the
+            # first round count that does worse than the best so far.
+            kinds = [min(results, key=results.get)]
+            if min(results.values()) > best[0]:
+                break
         count += 1
     if best is None:
         raise ValueError(
@@ -143,11 +153,12 @@ def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int) -> tup
 
 
 def _sample_facts(
-    lengths: list[int], workloads: list, mins: list[int], timer: GroupTimer, capacity: int, max_degree: int
+    lengths: list[int], patches: list[int] | None, workloads: list, mins: list[int], timer: GroupTimer,
+    capacity: int, max_degree: int,
 ) -> SampleFacts:
     """Per-sample time at the minimum degree (and the device-time estimate built from it)."""
-    timer.prepare([(w, m, m) for w, m in zip(workloads, mins)])
-    at_min = np.array([timer.time(w, m) for w, m in zip(workloads, mins)])
+    at_min, _ = timer.evaluate(workloads, mins, max_degree, width=1)
+    at_min = at_min[:, 0]
     device = at_min * np.array(mins, dtype=np.float64)
     for i in np.flatnonzero(~np.isfinite(at_min)):
         # No algo runs at the minimum degree (e.g. head divisibility): use the best allowed degree.
@@ -156,7 +167,7 @@ def _sample_facts(
             raise InfeasibleSampleError(int(i), lengths[i], capacity, max_degree)
         device[i] = float(np.min(window))
     one_rank = np.where(np.array(mins) == 1, at_min, np.inf)
-    return SampleFacts(lengths, workloads, device, one_rank)
+    return SampleFacts(lengths, patches, workloads, device.tolist(), one_rank.tolist())
 
 
 def _checked_lengths(lengths: Sequence[int]) -> list[int]:

@@ -1,7 +1,7 @@
 """One round: which samples run together (groups) and on how many ranks (degrees).
 
-Candidate groupings come from stage 1 (memory best-fit-decreasing) and from a time-balanced LPT
-packing aimed at the round's work bound; stage 2 (`degree_dp.assign_degrees`) gives each grouping its optimal
+Candidate groupings come from a time-balanced LPT packing aimed at the round's work bound, from
+uniform-degree packings, and from stage 1 (memory best-fit-decreasing); stage 2 (`degree_dp.assign_degrees`) gives each grouping its optimal
 degrees. A short local search then works on the slowest group: split it, move or pull out one of its
 samples, or merge the two fastest groups to free ranks for it, keeping every change that lowers the
 round's makespan.
@@ -11,8 +11,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from functools import reduce
-from operator import add
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -41,6 +39,8 @@ class SearchLimits:
     """Degrees g = 2..this tried by the uniform packing (N // g groups of about g ranks each)."""
     first_improvement: bool
     """Take the first improving move instead of the best one."""
+    first_feasible_start: bool
+    """Start the local search from the first start grouping that fits instead of the best one."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,13 @@ class SampleFacts:
 
     lengths: Sequence[int]
     """LLM tokens."""
+    patches: Sequence[int] | None
+    """Vision-encoder patches (None: no vision input)."""
     workloads: Sequence[Any]
     """Cost-model workload of each sample alone."""
-    device_ms: np.ndarray
+    device_ms: list[float]
     """Estimated rank-milliseconds: minimum degree x time on it."""
-    one_rank_ms: np.ndarray
+    one_rank_ms: list[float]
     """Time on a single rank (inf when the sample needs more than one rank)."""
 
 
@@ -89,8 +91,8 @@ class _Group:
     def __init__(self, samples: tuple[int, ...], min_degree: int, times: np.ndarray, algos: np.ndarray) -> None:
         self.samples = samples
         self.min_degree = min_degree
-        self.times = times  # [N + 1]: best time on min_degree + s ranks, inf where not allowed
-        self.algos = algos  # [N + 1]: index of that best algo
+        self.times = times  # best time on min_degree + s ranks, inf where not allowed
+        self.algos = algos  # index of that best algo
 
 
 class RoundSolver:
@@ -125,32 +127,41 @@ class RoundSolver:
             makespan = optimal_makespan(*built)
             if np.isfinite(makespan) and (best is None or makespan < best[0]):
                 best = (makespan, groups)
+            if best is not None and self.limits.first_feasible_start:
+                break
         if best is None:
             return None
         return self._realise(self._improve(best[1], best[0]))
 
-    def _initial_groupings(self, sample_ids: Sequence[int]) -> list[list[tuple[int, ...]]]:
-        found: list[list[tuple[int, ...]]] = []
+    def _initial_groupings(self, sample_ids: Sequence[int]) -> Iterator[list[tuple[int, ...]]]:
+        """Start groupings, time-balanced ones first, the memory packing of stage 1 after them."""
+        seen: list[list[tuple[int, ...]]] = []
+
+        def fresh(groups: list[tuple[int, ...]] | None) -> bool:
+            if groups is None or groups in seen:
+                return False
+            seen.append(groups)
+            return True
+
+        for fraction in self.limits.bin_fractions:
+            groups = self._lpt_packing(sample_ids, fraction)
+            if fresh(groups):
+                yield groups
+        for degree in range(2, min(self.limits.uniform_degrees, self.top_degree) + 1):
+            groups = self._uniform_packing(sample_ids, degree)
+            if fresh(groups):
+                yield groups
         packed = merge_smallest(
             best_fit_decreasing(sample_ids, self.lengths, self.capacity_tokens),
             self.num_ranks, self.top_degree, self.capacity_tokens,
         )
-        if packed is not None:
-            found.append([g.samples for g in packed])
-        for fraction in self.limits.bin_fractions:
-            groups = self._lpt_packing(sample_ids, fraction)
-            if groups is not None and groups not in found:
-                found.append(groups)
-        for degree in range(2, min(self.limits.uniform_degrees, self.top_degree) + 1):
-            groups = self._uniform_packing(sample_ids, degree)
-            if groups is not None and groups not in found:
-                found.append(groups)
+        if packed is not None and fresh([g.samples for g in packed]):
+            yield [g.samples for g in packed]
         singletons = [(i,) for i in sorted(sample_ids)]
-        if len(singletons) <= self.num_ranks and singletons not in found:
-            # The most groups possible: needed when a degree cap leaves fewer groups unable to
-            # occupy every rank.
-            found.append(singletons)
-        return found
+        # The most groups possible: needed when a degree cap leaves fewer groups unable to occupy
+        # every rank.
+        if len(singletons) <= self.num_ranks and fresh(singletons):
+            yield singletons
 
     def _lpt_packing(self, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
         """Time-balanced grouping aimed at the round's work bound tau = sum(device time) / N.
@@ -162,16 +173,17 @@ class RoundSolver:
         """
         ids = list(sample_ids)
         device = self.facts.device_ms
-        tau = float(device[ids].sum()) / self.num_ranks
+        one_rank_ms = self.facts.one_rank_ms
+        tau = sum(device[i] for i in ids) / self.num_ranks
         alone: list[tuple[int, ...]] = []
         shared: list[int] = []
         reserved = 0
         for i in ids:
-            one_rank = float(self.facts.one_rank_ms[i])
-            if one_rank > tau or not np.isfinite(one_rank):
+            one_rank = one_rank_ms[i]
+            if one_rank > tau or not math.isfinite(one_rank):
                 alone.append((i,))
                 need = min_degree_for(self.lengths[i], self.capacity_tokens)
-                reserved += max(need, math.ceil(float(device[i]) / tau)) if tau > 0 else need
+                reserved += max(need, math.ceil(device[i] / tau)) if tau > 0 else need
             else:
                 shared.append(i)
         bins = min(len(shared), max(1, int((self.num_ranks - reserved) * bin_fraction)))
@@ -180,7 +192,7 @@ class RoundSolver:
             members: list[list[int]] = [[] for _ in range(bins)]
             tokens = [0] * bins
             heap = [(0.0, b) for b in range(bins)]
-            shared.sort(key=lambda i: (-self.facts.one_rank_ms[i], i))
+            shared.sort(key=lambda i: (-one_rank_ms[i], i))
             for i in shared:
                 skipped = []
                 while heap and tokens[heap[0][1]] + self.lengths[i] > self.capacity_tokens:
@@ -188,7 +200,7 @@ class RoundSolver:
                 load, b = heapq.heappop(heap) if heap else skipped.pop(0)
                 members[b].append(i)
                 tokens[b] += self.lengths[i]
-                heapq.heappush(heap, (load + float(self.facts.one_rank_ms[i]), b))
+                heapq.heappush(heap, (load + one_rank_ms[i], b))
                 for entry in skipped:
                     heapq.heappush(heap, entry)
             groups = sorted(groups + [tuple(sorted(m)) for m in members if m])
@@ -201,17 +213,22 @@ class RoundSolver:
         go longest first to the group with the least work per rank that has memory for them."""
         count = self.num_ranks // degree
         widths = [degree + (1 if k < self.num_ranks - count * degree else 0) for k in range(count)]
+        device = self.facts.device_ms
         members: list[list[int]] = [[] for _ in range(count)]
-        load = [0.0] * count
-        tokens = [0] * count
-        for i in sorted(sample_ids, key=lambda i: (-self.facts.device_ms[i], i)):
-            fits = [k for k in range(count) if tokens[k] + self.lengths[i] <= widths[k] * self.capacity_tokens]
-            if not fits:
+        room = [w * self.capacity_tokens for w in widths]
+        heap = [(0.0, k) for k in range(count)]
+        for i in sorted(sample_ids, key=lambda i: (-device[i], i)):
+            skipped = []
+            while heap and room[heap[0][1]] < self.lengths[i]:
+                skipped.append(heapq.heappop(heap))
+            if not heap:
                 return None
-            k = min(fits, key=lambda k: ((load[k] + self.facts.device_ms[i]) / widths[k], k))
+            load, k = heapq.heappop(heap)
             members[k].append(i)
-            load[k] += float(self.facts.device_ms[i])
-            tokens[k] += self.lengths[i]
+            room[k] -= self.lengths[i]
+            heapq.heappush(heap, (load + device[i] / widths[k], k))
+            for entry in skipped:
+                heapq.heappush(heap, entry)
         return sorted(tuple(sorted(m)) for m in members if m)
 
     # ------------------------------------------------------------------ local search
@@ -265,7 +282,7 @@ class RoundSolver:
         for i in sorted(samples, key=lambda i: (-self.facts.device_ms[i], i)):
             side = 0 if loads[0] <= loads[1] else 1
             halves[side].append(i)
-            loads[side] += float(self.facts.device_ms[i])
+            loads[side] += self.facts.device_ms[i]
         return tuple(sorted(halves[0])), tuple(sorted(halves[1]))
 
     # ------------------------------------------------------------------ evaluation
@@ -275,15 +292,13 @@ class RoundSolver:
         if new:
             tokens = [sum(self.lengths[i] for i in g) for g in new]
             mins = [min_degree_for(t, self.capacity_tokens) for t in tokens]
-            workloads = [reduce(add, (self.facts.workloads[i] for i in g)) for g in new]
+            patches = self.facts.patches
+            workloads = [self.timer.cost.workload([self.lengths[i] for i in g],
+                                                  None if patches is None else [patches[i] for i in g])
+                         for g in new]
             times, algos = self.timer.evaluate(workloads, mins, self.top_degree)
-            width = min(times.shape[1], self.num_ranks + 1)
             for k, (g, m) in enumerate(zip(new, mins)):
-                full = np.full(self.num_ranks + 1, np.inf)
-                full[:width] = times[k, :width]
-                picks = np.zeros(self.num_ranks + 1, dtype=np.int64)
-                picks[:width] = algos[k, :width]
-                self._known[g] = _Group(g, m, full, picks)
+                self._known[g] = _Group(g, m, times[k], algos[k])
         return [self._known[g] for g in grouping]
 
     def _matrix(self, groups: list[_Group]) -> tuple[np.ndarray, int] | None:
@@ -293,7 +308,12 @@ class RoundSolver:
         spare = self.num_ranks - sum(g.min_degree for g in groups)
         if spare < 0 or max(g.min_degree for g in groups) > self.top_degree:
             return None
-        return np.stack([g.times[: spare + 1] for g in groups]), spare
+        width = spare + 1
+        times = np.full((len(groups), width), np.inf)
+        for k, g in enumerate(groups):
+            row = g.times[:width]
+            times[k, : len(row)] = row
+        return times, spare
 
     def _degrees(self, groups: list[_Group]) -> np.ndarray:
         """Optimal extra ranks per group (the groups must fit)."""
