@@ -9,7 +9,8 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.dataset import Sample
 from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.parallel import zigzag_layout, zigzag_positions, zigzag_shard
+from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths, packed_lengths
+from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_shard
 
 PADDING_SAMPLE_ID = -1
 """`ShardBatch.sample_ids` value of padding tokens."""
@@ -71,11 +72,10 @@ def build_shard_batch(
     if not 0 <= rank_in_group < degree:
         raise ValueError(f"rank_in_group {rank_in_group} is outside a group of degree {degree}")
     samples = list(samples)
-    lengths = [s.length for s in samples]
-    if min(shard.length for shard in zigzag_layout(_cumulative(lengths), degree).shards) == 0:
-        samples.append(_padding_document(2 * degree))
-        lengths.append(2 * degree)
-    cu_seqlens = _cumulative(lengths)
+    lengths = packed_lengths([s.length for s in samples], degree)
+    if len(lengths) > len(samples):
+        samples.append(_padding_document(lengths[-1]))
+    cu_seqlens = cumulative_lengths(lengths)
     sample_ids = torch.repeat_interleave(
         torch.tensor([s.index for s in samples], dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
     )
@@ -94,12 +94,6 @@ def build_shard_batch(
             cu_seqlens=cu_seqlens, position_ids=positions, group=group, degree=degree, algo=algo
         ),
     )
-
-
-def _cumulative(lengths: Sequence[int]) -> torch.Tensor:
-    cu_seqlens = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    torch.cumsum(torch.tensor(lengths, dtype=torch.int64), dim=0, out=cu_seqlens[1:])
-    return cu_seqlens
 
 
 def _padding_document(length: int) -> Sample:

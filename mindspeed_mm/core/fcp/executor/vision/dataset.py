@@ -9,6 +9,7 @@ frame groups it encodes. Sample i's metadata depends only on (data seed, i), not
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -19,7 +20,12 @@ import torch
 from mindspeed_mm.core.fcp.executor.config import DataConfig, RunConfig, VideoDataConfig, VisionConfig
 from mindspeed_mm.core.fcp.executor.dataset import LENGTH_BLOCK, Sample, block_seed
 from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout, mrope_position_ids
-from mindspeed_mm.core.fcp.simulate.workloads import FRAMES_PER_TEMPORAL_PATCH, TOKEN_SIDE_PX, generate_samples
+from mindspeed_mm.core.fcp.simulate.workloads import (
+    FRAMES_PER_TEMPORAL_PATCH,
+    TOKEN_SIDE_PX,
+    SampleBatch,
+    generate_samples,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +49,81 @@ class VideoSample(Sample):
     """`[length, 3]` int64 (temporal, height, width) position ids of the whole sample."""
 
 
+def patchify_frames(frames: torch.Tensor, merge: int, patch: int) -> torch.Tensor:
+    """`[time, channel, height, width]` frames -> `[patches, channel * time * patch * patch]` in merge-window order.
+
+    Height and width must be multiples of `merge * patch`; patch i covers the pixels at row
+    `patch_grid_positions(...)[0][i]` and column `[1][i]` of the patch grid.
+    """
+    time, channels, height, width = frames.shape
+    side = merge * patch
+    if height % side or width % side:
+        raise ValueError(f"frame size {height}x{width} must be a multiple of merge x patch = {side} pixels")
+    rows, cols = height // side, width // side
+    # [time, channel, row, sub_row, pixel_row, col, sub_col, pixel_col]
+    grid = frames.reshape(time, channels, rows, merge, patch, cols, merge, patch)
+    # -> [row, col, sub_row, sub_col | channel, time, pixel_row, pixel_col]
+    patches = grid.permute(2, 5, 3, 6, 1, 0, 4, 7)
+    return patches.reshape(rows * cols * merge * merge, channels * time * patch * patch).contiguous()
+
+
+def _first_samples(blocks: list[SampleBatch], count: int) -> SampleBatch:
+    """The first `count` samples of the concatenated blocks."""
+    arrays = {
+        f.name: np.concatenate([getattr(b, f.name) for b in blocks])[:count]
+        for f in dataclasses.fields(SampleBatch)
+        if f.name != "dataset"
+    }
+    return SampleBatch(dataset=blocks[0].dataset, **arrays)
+
+
 def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
 def _scaled(values: np.ndarray, scale: float) -> np.ndarray:
     return np.maximum(1, np.ceil(values.astype(np.float64) / scale)).astype(np.int64)
+
+
+def video_layouts(
+    clips: SampleBatch, video: VideoDataConfig, spatial_merge_size: int, seq_length: int
+) -> tuple[VideoSampleLayout, ...]:
+    """Layouts of generated clips scaled down by `video`; a sample longer than `seq_length` keeps only
+    the frame groups that fit (logged).
+
+    Frame groups = ceil((frames / 2) / frame_scale), grid rows and columns = ceil(merged-token rows /
+    grid_scale) (likewise columns), caption = max(min_caption_tokens, ceil(text tokens / text_scale)),
+    the prompt is `prompt_tokens`. Raises ValueError naming the first sample that cannot fit one frame group.
+    """
+    groups = _scaled(clips.frames // FRAMES_PER_TEMPORAL_PATCH, video.frame_scale)
+    rows = _scaled(clips.resized_height // TOKEN_SIDE_PX, video.grid_scale)
+    cols = _scaled(clips.resized_width // TOKEN_SIDE_PX, video.grid_scale)
+    captions = np.maximum(video.min_caption_tokens, np.ceil(clips.text_tokens / video.text_scale)).astype(np.int64)
+    room = seq_length - video.prompt_tokens - captions
+    too_long = np.flatnonzero(room < rows * cols)
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(
+            f"video sample {i}: prompt {video.prompt_tokens} + one frame group of {rows[i]}x{cols[i]} tokens + "
+            f"caption {captions[i]} exceed gpt_args.seq_length={seq_length}; raise seq_length or "
+            "vision.grid_scale / text_scale"
+        )
+    fitting = room // (rows * cols)
+    truncated = int(np.count_nonzero(groups > fitting))
+    if truncated:
+        logger.info("video dataset %s: %d of %d samples keep only the frame groups that fit seq_length=%d",
+                    clips.dataset, truncated, len(clips), seq_length)
+    return tuple(
+        VideoSampleLayout(
+            prompt_tokens=video.prompt_tokens,
+            frame_groups=int(g),
+            grid_rows=int(r),
+            grid_cols=int(c),
+            caption_tokens=int(t),
+            spatial_merge_size=spatial_merge_size,
+        )
+        for g, r, c, t in zip(np.minimum(groups, fitting), rows, cols, captions)
+    )
 
 
 class VideoCaptionDataset:
@@ -71,44 +146,10 @@ class VideoCaptionDataset:
             raise ValueError(f"vocab_size must leave text ids besides the vision id {VISION_TOKEN_ID}, got {vocab_size}")
         blocks = [generate_samples(data.dataset, LENGTH_BLOCK, block_seed(data.seed, b))
                   for b in range(math.ceil(num_samples / LENGTH_BLOCK))]
-        frames = np.concatenate([b.frames for b in blocks])[:num_samples]
-        rows = np.concatenate([b.resized_height for b in blocks])[:num_samples] // TOKEN_SIDE_PX
-        cols = np.concatenate([b.resized_width for b in blocks])[:num_samples] // TOKEN_SIDE_PX
-        text = np.concatenate([b.text_tokens for b in blocks])[:num_samples]
-
-        groups = _scaled(frames // FRAMES_PER_TEMPORAL_PATCH, video.frame_scale)
-        rows, cols = _scaled(rows, video.grid_scale), _scaled(cols, video.grid_scale)
-        captions = np.maximum(video.min_caption_tokens, np.ceil(text / video.text_scale)).astype(np.int64)
-        room = seq_length - video.prompt_tokens - captions
-        too_long = np.flatnonzero(room < rows * cols)
-        if too_long.size:
-            i = int(too_long[0])
-            raise ValueError(
-                f"video sample {i}: prompt {video.prompt_tokens} + one frame group of {rows[i]}x{cols[i]} tokens + "
-                f"caption {captions[i]} exceed gpt_args.seq_length={seq_length}; raise seq_length or "
-                "vision.grid_scale / text_scale"
-            )
-        fitting = room // (rows * cols)
-        truncated = int(np.count_nonzero(groups > fitting))
-        if truncated:
-            logger.info("video dataset %s: %d of %d samples keep only the frame groups that fit seq_length=%d",
-                        data.dataset, truncated, num_samples, seq_length)
-        groups = np.minimum(groups, fitting)
-
-        self._layouts = tuple(
-            VideoSampleLayout(
-                prompt_tokens=video.prompt_tokens,
-                frame_groups=int(g),
-                grid_rows=int(r),
-                grid_cols=int(c),
-                caption_tokens=int(t),
-                spatial_merge_size=vision.spatial_merge_size,
-            )
-            for g, r, c, t in zip(groups, rows, cols, captions)
-        )
+        self._layouts = video_layouts(_first_samples(blocks, num_samples), video, vision.spatial_merge_size, seq_length)
         self._lengths = np.array([layout.length for layout in self._layouts], dtype=np.int64)
         # Every label from the last vision token on is a caption token or the closing token.
-        self._loss_tokens = captions + 1
+        self._loss_tokens = np.array([layout.caption_tokens + 1 for layout in self._layouts], dtype=np.int64)
         self._patches = np.array([layout.vision_patches for layout in self._layouts], dtype=np.int64)
         for array in (self._lengths, self._loss_tokens, self._patches):
             array.setflags(write=False)
@@ -177,17 +218,12 @@ class VideoCaptionDataset:
         if not 0 <= group < layout.frame_groups:
             raise IndexError(f"sample {index} has frame groups 0..{layout.frame_groups - 1}, not {group}")
         v = self._vision
-        m, p = v.spatial_merge_size, v.patch_size
+        side = v.spatial_merge_size * v.patch_size
         generator = torch.Generator().manual_seed(_seed(self._token_seed, index, group))
         frames = torch.randn(
-            v.temporal_patch_size, v.in_channels, layout.grid_rows * m * p, layout.grid_cols * m * p,
-            generator=generator,
+            v.temporal_patch_size, v.in_channels, layout.grid_rows * side, layout.grid_cols * side, generator=generator
         )
-        # [time, channel, row, sub_row, pixel_row, col, sub_col, pixel_col]
-        grid = frames.view(v.temporal_patch_size, v.in_channels, layout.grid_rows, m, p, layout.grid_cols, m, p)
-        # -> [row, col, sub_row, sub_col | channel, time, pixel_row, pixel_col]
-        patches = grid.permute(2, 5, 3, 6, 1, 0, 4, 7)
-        return patches.reshape(layout.patches_per_group, v.patch_dim).contiguous()
+        return patchify_frames(frames, v.spatial_merge_size, v.patch_size)
 
     def _check(self, index: int) -> None:
         if not 0 <= index < len(self):

@@ -14,8 +14,9 @@ from typing import Sequence
 
 import torch
 
+from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths, packed_lengths
 from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout
-from mindspeed_mm.core.fcp.parallel import ZigzagLayout
+from mindspeed_mm.core.fcp.parallel import ZigzagLayout, zigzag_layout
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,33 @@ def rank_patch_loads(units: Sequence[FrameUnit], owners: Sequence[int], degree: 
     for unit, owner in zip(units, owners):
         loads[owner] += unit.patches
     return loads
+
+
+@dataclass(frozen=True)
+class GroupVisionWork:
+    """The vision encoder work of one CP group in one round, and who does which part."""
+
+    zigzag: ZigzagLayout
+    """Zigzag layout of the group's packed batch (with its padding document, if any)."""
+    units: tuple[FrameUnit, ...]
+    """Every frame group of the packed batch, in packed order."""
+    owners: tuple[int, ...]
+    """Group rank that encodes each unit."""
+    holders: torch.Tensor
+    """`[total_tokens]` int64 group rank whose zigzag shard holds each packed token."""
+
+    @property
+    def rank_patches(self) -> list[int]:
+        """Patches each group rank encodes."""
+        return rank_patch_loads(self.units, self.owners, self.zigzag.degree)
+
+
+def split_group_vision(
+    layouts: Sequence[VideoSampleLayout], sample_indices: Sequence[int], degree: int
+) -> GroupVisionWork:
+    """Packs the samples as the round batch does and assigns their frame groups to the group's ranks."""
+    cu_seqlens = cumulative_lengths(packed_lengths([layout.length for layout in layouts], degree))
+    zigzag = zigzag_layout(cu_seqlens, degree)
+    units = frame_units(layouts, sample_indices, cu_seqlens[:-1].tolist())
+    holders = token_holders(zigzag)
+    return GroupVisionWork(zigzag=zigzag, units=units, owners=assign_frame_units(units, degree, holders), holders=holders)

@@ -10,9 +10,9 @@ import torch.distributed as dist
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.executor.vision.dataset import VideoSample
 from mindspeed_mm.core.fcp.executor.vision.exchange import VisionRouting, vision_routing
-from mindspeed_mm.core.fcp.executor.vision.frames import FrameUnit, assign_frame_units, frame_units, token_holders
+from mindspeed_mm.core.fcp.executor.vision.frames import FrameUnit, split_group_vision
 from mindspeed_mm.core.fcp.executor.vision.rotary import MRopePackedSeqParams
-from mindspeed_mm.core.fcp.parallel import zigzag_layout, zigzag_shard
+from mindspeed_mm.core.fcp.parallel import zigzag_shard
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,8 @@ def build_vlm_shard_batch(
         mrope.append(torch.arange(padding, dtype=torch.int64).unsqueeze(1).expand(-1, 3))
         vision.append(torch.zeros(padding, dtype=torch.bool))
 
-    layout = zigzag_layout(cu_seqlens, degree)
-    units = frame_units([s.layout for s in samples], [s.index for s in samples], cu_seqlens[:-1].tolist())
-    holders = token_holders(layout)
-    owners = assign_frame_units(units, degree, holders)
+    # Packs exactly as build_shard_batch does (same padding rule), so units index the same packed batch.
+    work = split_group_vision([s.layout for s in samples], [s.index for s in samples], degree)
     params = text.packed_seq_params
     return VLMShardBatch(
         tokens=text.tokens,
@@ -88,8 +86,8 @@ def build_vlm_shard_batch(
             algo=params.algo,
             mrope_position_ids=zigzag_shard(torch.cat(mrope), cu_seqlens, rank_in_group, degree),
         ),
-        units=units,
-        owners=owners,
-        routing=vision_routing(units, owners, layout, holders, rank_in_group),
+        units=work.units,
+        owners=work.owners,
+        routing=vision_routing(work.units, work.owners, work.zigzag, work.holders, rank_in_group),
         rank_in_group=rank_in_group,
     )
