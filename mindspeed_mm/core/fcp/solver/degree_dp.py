@@ -129,11 +129,19 @@ def assign_degrees(extra_times: np.ndarray, spare: int) -> DegreeChoice | None:
 def realise(extra_times: np.ndarray, spare: int, makespan: float) -> np.ndarray:
     """Extra ranks per group summing to `spare`, every group within `makespan`.
 
-    Groups whose allowed extras form an interval are filled greedily (each next rank to the group it
-    speeds up the most); the others are fixed first by backtracking through reachable-sum bit sets.
+    When one allowed interval per group can hold the sum (`_interval_witness`), the spare ranks are
+    filled greedily inside those intervals (each next rank where it saves the most time). Otherwise
+    the groups whose allowed extras are not intervals are fixed first by backtracking through
+    reachable-sum bit sets, then the interval groups are filled.
     """
     times = _clip(extra_times, spare)
     allowed = times <= makespan
+    witness = _interval_witness(allowed, spare)
+    if witness is not None:
+        first, last = witness
+        extra = first.copy()
+        _fill_greedily(times, extra, last, np.arange(len(extra)), spare - int(first.sum()))
+        return extra
     lo, hi, is_interval = _ranges(allowed)
     extra = lo.copy()
     general = np.flatnonzero(~is_interval)
@@ -141,18 +149,17 @@ def realise(extra_times: np.ndarray, spare: int, makespan: float) -> np.ndarray:
     interval_lo = int(lo[interval_rows].sum())
     interval_hi = int(hi[interval_rows].sum())
     target = spare
-    if len(general):
-        prefixes = [_range_mask(interval_lo, interval_hi, spare)]
-        for k in general:
-            prefixes.append(_shift_union(prefixes[-1], allowed[k], spare))
-        for pos in range(len(general) - 1, -1, -1):
-            k = general[pos]
-            before = prefixes[pos]
-            choices = np.flatnonzero(allowed[k, : target + 1])
-            reachable = [s for s in choices if (before >> (target - int(s))) & 1]
-            s_k = min(reachable, key=lambda s: (times[k, s], s))
-            extra[k] = s_k
-            target -= int(s_k)
+    prefixes = [_range_mask(interval_lo, interval_hi, spare)]
+    for runs in _runs(allowed[general]):
+        prefixes.append(_shift_union(prefixes[-1], runs, spare))
+    for pos in range(len(general) - 1, -1, -1):
+        k = general[pos]
+        before = prefixes[pos]
+        choices = np.flatnonzero(allowed[k, : target + 1])
+        reachable = [s for s in choices.tolist() if (before >> (target - s)) & 1]
+        s_k = min(reachable, key=lambda s: (times[k, s], s))
+        extra[k] = s_k
+        target -= s_k
     remaining = target - interval_lo
     if remaining < 0 or remaining > interval_hi - interval_lo:
         raise AssertionError("makespan passed to realise() is not feasible")
@@ -188,13 +195,46 @@ def _feasible(times: np.ndarray, spare: int, makespan: float) -> bool:
     lo, hi, is_interval = _ranges(allowed)
     if lo.sum() > spare or hi.sum() < spare:
         return False
-    if is_interval.all():
+    if is_interval.all() or _interval_witness(allowed, spare) is not None:
         return True
     rows = np.flatnonzero(is_interval)
     reach = _range_mask(int(lo[rows].sum()), int(hi[rows].sum()), spare)
-    for k in np.flatnonzero(~is_interval):
-        reach = _shift_union(reach, allowed[k], spare)
+    for runs in _runs(allowed[~is_interval]):
+        reach = _shift_union(reach, runs, spare)
     return bool((reach >> spare) & 1)
+
+
+def _interval_witness(allowed: np.ndarray, spare: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-group intervals of allowed extras whose sums bracket `spare`, if a simple choice works.
+
+    Tries every group on its first run of allowed extras, then every group on its last run (for
+    interval groups both are the whole interval). None when neither brackets `spare`.
+    """
+    width = allowed.shape[1]
+    lo, hi, _ = _ranges(allowed)
+    cols = np.arange(width)[None, :]
+    # first run: from lo to just before the first forbidden column after lo
+    gap_after = ~allowed & (cols > lo[:, None])
+    first_end = np.where(gap_after.any(axis=1), gap_after.argmax(axis=1) - 1, width - 1)
+    if lo.sum() <= spare <= first_end.sum():
+        return lo, first_end.astype(np.int64)
+    # last run: from just after the last forbidden column before hi, to hi
+    gap_before = ~allowed & (cols < hi[:, None])
+    last_start = np.where(gap_before.any(axis=1), width - gap_before[:, ::-1].argmax(axis=1), 0)
+    if last_start.sum() <= spare <= hi.sum():
+        return last_start.astype(np.int64), hi
+    return None
+
+
+def _runs(allowed_rows: np.ndarray) -> list[list[tuple[int, int]]]:
+    """(start, stop) of every run of allowed columns, per row (stop exclusive)."""
+    padded = np.zeros((allowed_rows.shape[0], allowed_rows.shape[1] + 2), dtype=np.int8)
+    padded[:, 1:-1] = allowed_rows
+    rows, cols = np.nonzero(np.diff(padded, axis=1))
+    out: list[list[tuple[int, int]]] = [[] for _ in range(allowed_rows.shape[0])]
+    for k, start, stop in zip(rows[::2].tolist(), cols[::2].tolist(), cols[1::2].tolist()):
+        out[k].append((start, stop))
+    return out
 
 
 def _ranges(allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -214,11 +254,10 @@ def _range_mask(lo: int, hi: int, spare: int) -> int:
     return ((1 << (hi - lo + 1)) - 1) << lo
 
 
-def _shift_union(reach: int, allowed_row: np.ndarray, spare: int) -> int:
-    """Union over allowed s of (reach shifted by s), truncated to sums <= spare (bit sets as ints)."""
+def _shift_union(reach: int, runs: list[tuple[int, int]], spare: int) -> int:
+    """Union over s in the runs of (reach shifted by s), truncated to sums <= spare (bit sets as ints)."""
     out = 0
-    edges = np.flatnonzero(np.diff(allowed_row, prepend=False, append=False))
-    for start, stop in zip(edges[::2].tolist(), edges[1::2].tolist()):
+    for start, stop in runs:
         # Union of shifts by start..stop-1: shifted copies doubling in count.
         run = reach << start
         covered = 1
@@ -237,7 +276,6 @@ def _greedy_makespan(times: np.ndarray, spare: int) -> float:
     width = times.shape[1]
     heap = [(-float(times[k, 0]), k) for k in range(times.shape[0])]
     heapq.heapify(heap)
-    settled = []
     for _ in range(spare):
         while heap:
             _, k = heapq.heappop(heap)
@@ -245,7 +283,6 @@ def _greedy_makespan(times: np.ndarray, spare: int) -> float:
                 extra[k] += 1
                 heapq.heappush(heap, (-float(times[k, extra[k]]), k))
                 break
-            settled.append(k)
         else:
             return float("inf")
     return float(times[np.arange(times.shape[0]), extra].max())

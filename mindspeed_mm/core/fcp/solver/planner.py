@@ -112,6 +112,7 @@ def _best_rounds(
     kinds = ["lpt", "fill"]
     while count <= limit and (count <= tried[-1] or best is None):
         results: dict[str, float] = {}
+        lpt_spread = None
         for kind in kinds:
             if kind == "lpt":
                 spread = spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)
@@ -120,8 +121,10 @@ def _best_rounds(
                                      [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples)
             else:
                 spread = None
-            if spread is None:
+            if spread is None or (kind == "fill" and spread == lpt_spread):
                 continue
+            if kind == "lpt":
+                lpt_spread = spread
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
                 results[kind] = sum(r.makespan for r in solved)

@@ -1,10 +1,11 @@
 """One round: which samples run together (groups) and on how many ranks (degrees).
 
-Candidate groupings come from a time-balanced LPT packing aimed at the round's work bound, from
-uniform-degree packings, and from stage 1 (memory best-fit-decreasing); stage 2 (`degree_dp.assign_degrees`) gives each grouping its optimal
-degrees. A short local search then works on the slowest group: split it, move or pull out one of its
-samples, or merge the two fastest groups to free ranks for it, keeping every change that lowers the
-round's makespan.
+Start groupings come from a time-balanced LPT packing aimed at the round's work bound, from
+uniform-degree packings, and from stage 1 (memory best-fit-decreasing); stage 2
+(`degree_dp.assign_degrees`) gives each grouping its optimal degrees. A short local search then
+works on the slowest group: split it, pull one of its samples out, merge it with a fast group, move
+one of its samples to a fast group, or merge the two fastest groups to free ranks for it, keeping
+every change that lowers the round's makespan.
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.degree_dp import assign_degrees, beats, optimal_makespan
+from mindspeed_mm.core.fcp.solver.degree_dp import assign_degrees, beats, optimal_makespan, realise
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest, min_degree_for
 
 # A change must shorten the round by more than this fraction to count as an improvement.
 _IMPROVEMENT_RTOL = 1e-9
+# Extra degree columns kept for local-search moves that free ranks (a merge frees at most one).
+_MOVE_MARGIN = 2
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,9 @@ class RoundSolver:
         """Best grouping and degrees found for these samples in one round (None: does not fit)."""
         best: tuple[float, list[_Group]] | None = None
         for grouping in self._initial_groupings(sample_ids):
-            groups = self._groups(grouping)
+            spare = self.num_ranks - sum(min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens)
+                                         for g in grouping)
+            groups = self._groups(grouping, max(1, spare + 1 + _MOVE_MARGIN))
             built = self._matrix(groups)
             if built is None:
                 continue
@@ -234,27 +239,46 @@ class RoundSolver:
     # ------------------------------------------------------------------ local search
     def _improve(self, groups: list[_Group], makespan: float) -> list[_Group]:
         for _ in range(self.limits.max_iterations):
-            extra = self._degrees(groups)
-            times = np.array([g.times[e] for g, e in zip(groups, extra)])
+            base, spare = self._matrix(groups, margin=_MOVE_MARGIN)
+            extra = realise(base, spare, makespan)
+            times = base[np.arange(len(groups)), extra]
             moves = list(self._neighbours(groups, int(np.argmax(times)), times))
-            self._groups([g for _, added in moves for g in added])
+            self._groups([g for _, added in moves for g in added], spare + 1 + _MOVE_MARGIN)
             target = makespan * (1 - _IMPROVEMENT_RTOL)
             best: tuple[float, list[_Group]] | None = None
             for removed, added in moves:
-                candidate = [g for k, g in enumerate(groups) if k not in removed] + self._groups(added)
-                built = self._matrix(candidate)
+                built = self._moved_matrix(groups, base, spare, removed, self._groups(added))
                 # One feasibility check rejects most candidates before the exact makespan is computed.
                 if built is None or not beats(built[0], built[1], target):
                     continue
                 value = optimal_makespan(*built)
                 if best is None or value < best[0]:
-                    best = (value, candidate)
+                    best = (value, [g for k, g in enumerate(groups) if k not in removed] + self._groups(added))
                 if self.limits.first_improvement:
                     break
             if best is None:
                 break
             makespan, groups = best
         return groups
+
+    def _moved_matrix(self, groups: list[_Group], base: np.ndarray, spare: int, removed: set[int],
+                      added: list[_Group]) -> tuple[np.ndarray, int] | None:
+        """The time matrix after a move, from the current one (`base`, `spare`) without rebuilding it."""
+        count = len(groups) - len(removed) + len(added)
+        new_spare = spare + sum(groups[k].min_degree for k in removed) - sum(g.min_degree for g in added)
+        if count > self.num_ranks or new_spare < 0 or any(g.min_degree > self.top_degree for g in added):
+            return None
+        if new_spare + 1 > base.shape[1]:
+            return self._matrix([g for k, g in enumerate(groups) if k not in removed] + added)
+        keep = np.ones(len(groups), dtype=bool)
+        keep[list(removed)] = False
+        width = new_spare + 1
+        rows = np.full((len(added), width), np.inf)
+        self._widen(added, width)
+        for k, g in enumerate(added):
+            row = g.times[:width]
+            rows[k, : len(row)] = row
+        return np.concatenate([base[keep, :width], rows]), new_spare
 
     def _neighbours(self, groups: list[_Group], slow: int, times: np.ndarray) -> Iterator[tuple[set[int], list[tuple[int, ...]]]]:
         """Moves as (indices of groups removed, sample tuples of groups added), all touching or
@@ -286,39 +310,47 @@ class RoundSolver:
         return tuple(sorted(halves[0])), tuple(sorted(halves[1]))
 
     # ------------------------------------------------------------------ evaluation
-    def _groups(self, grouping: Sequence[tuple[int, ...]]) -> list[_Group]:
-        """The groups of `grouping`, evaluating all new ones in one batch of cost queries."""
+    def _groups(self, grouping: Sequence[tuple[int, ...]], width: int = 1) -> list[_Group]:
+        """The groups of `grouping`; new ones are evaluated together on their first `width` degrees
+        (more are added on demand by `_matrix`)."""
         new = [g for g in dict.fromkeys(grouping) if g not in self._known]
         if new:
-            tokens = [sum(self.lengths[i] for i in g) for g in new]
-            mins = [min_degree_for(t, self.capacity_tokens) for t in tokens]
-            patches = self.facts.patches
-            workloads = [self.timer.cost.workload([self.lengths[i] for i in g],
-                                                  None if patches is None else [patches[i] for i in g])
-                         for g in new]
-            times, algos = self.timer.evaluate(workloads, mins, self.top_degree)
+            mins = [min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens) for g in new]
+            times, algos = self.timer.evaluate([self._workload(g) for g in new], mins, self.top_degree, width)
             for k, (g, m) in enumerate(zip(new, mins)):
                 self._known[g] = _Group(g, m, times[k], algos[k])
         return [self._known[g] for g in grouping]
 
-    def _matrix(self, groups: list[_Group]) -> tuple[np.ndarray, int] | None:
-        """(times[k, s] of group k on min_degree + s ranks, spare ranks), None when the groups cannot fit."""
+    def _workload(self, samples: tuple[int, ...]) -> Any:
+        patches = self.facts.patches
+        return self.timer.cost.workload([self.lengths[i] for i in samples],
+                                        None if patches is None else [patches[i] for i in samples])
+
+    def _widen(self, groups: list[_Group], width: int) -> None:
+        """Evaluates more degrees for groups known on fewer than `width` (up to the top degree)."""
+        short = [g for g in groups if len(g.times) < min(width, self.top_degree - g.min_degree + 1)]
+        if short:
+            # Some slack, so that neighbouring moves with a little more spare reuse the rows.
+            times, algos = self.timer.evaluate([self._workload(g.samples) for g in short],
+                                               [g.min_degree for g in short], self.top_degree, width + 8)
+            for k, g in enumerate(short):
+                g.times, g.algos = times[k], algos[k]
+
+    def _matrix(self, groups: list[_Group], margin: int = 0) -> tuple[np.ndarray, int] | None:
+        """(times[k, s] of group k on min_degree + s ranks, spare ranks), None when the groups cannot
+        fit; `margin` more columns are kept for moves that free ranks."""
         if len(groups) > self.num_ranks:
             return None
         spare = self.num_ranks - sum(g.min_degree for g in groups)
         if spare < 0 or max(g.min_degree for g in groups) > self.top_degree:
             return None
-        width = spare + 1
+        width = spare + 1 + margin
+        self._widen(groups, width)
         times = np.full((len(groups), width), np.inf)
         for k, g in enumerate(groups):
             row = g.times[:width]
             times[k, : len(row)] = row
         return times, spare
-
-    def _degrees(self, groups: list[_Group]) -> np.ndarray:
-        """Optimal extra ranks per group (the groups must fit)."""
-        times, spare = self._matrix(groups)
-        return assign_degrees(times, spare).extra
 
     def _min_degree_sum(self, grouping: list[tuple[int, ...]]) -> int:
         return sum(min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens) for g in grouping)
