@@ -210,7 +210,8 @@ def _solve_by_groups(times: np.ndarray, n: int, n_ranks: int, max_rounds: int, t
     result = _solve_groups_milp(candidates, n, n_ranks, max_rounds, time_limit_s)
     if result.x is None:
         return None, ("infeasible" if result.status == 2 else "time_limit"), _dual_bound(result)
-    chosen = [(cand[3], cand[0], cand[1]) for cand in (candidates[j] for j in np.flatnonzero(result.x[: len(candidates)] > 0.5))]
+    picked = np.flatnonzero(result.x[: len(candidates)] > 0.5)
+    chosen = [(candidates[j][3], candidates[j][0], candidates[j][1]) for j in picked]
     return chosen, ("optimal" if result.status == 0 else "time_limit"), _dual_bound(result)
 
 

@@ -30,10 +30,9 @@ logger = logging.getLogger(__name__)
 # Problems up to this many samples x ranks get the thorough search (every move, many R values).
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(max_iterations=64, max_targets=1 << 30, max_movers=1 << 30,
-                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False,
-                         first_feasible_start=False)
+                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False)
 _FAST = SearchLimits(max_iterations=3, max_targets=3, max_movers=2, bin_fractions=(1.0,), uniform_degrees=1,
-                     first_improvement=True, first_feasible_start=False)
+                     first_improvement=True)
 
 
 def plan_batch(

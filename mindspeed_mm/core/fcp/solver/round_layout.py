@@ -42,8 +42,6 @@ class SearchLimits:
     """Degrees g = 2..this tried by the uniform packing (N // g groups of about g ranks each)."""
     first_improvement: bool
     """Take the first improving move instead of the best one."""
-    first_feasible_start: bool
-    """Start the local search from the first start grouping that fits instead of the best one."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +130,6 @@ class RoundSolver:
             makespan = optimal_makespan(*built)
             if np.isfinite(makespan) and (best is None or makespan < best[0]):
                 best = (makespan, groups)
-            if best is not None and self.limits.first_feasible_start:
-                break
         if best is None:
             return None
         return self._realise(self._improve(best[1], best[0]))
@@ -280,7 +276,9 @@ class RoundSolver:
             rows[k, : len(row)] = row
         return np.concatenate([base[keep, :width], rows]), new_spare
 
-    def _neighbours(self, groups: list[_Group], slow: int, times: np.ndarray) -> Iterator[tuple[set[int], list[tuple[int, ...]]]]:
+    def _neighbours(
+        self, groups: list[_Group], slow: int, times: np.ndarray
+    ) -> Iterator[tuple[set[int], list[tuple[int, ...]]]]:
         """Moves as (indices of groups removed, sample tuples of groups added), all touching or
         helping the slowest group: split it in two, pull one of its samples out, merge it with a
         fast group, move one of its samples to a fast group, or merge the two fastest groups."""
