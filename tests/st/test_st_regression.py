@@ -47,7 +47,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         )
         log = root / f"{case}.log"
         log.write_text(done.stdout + done.stderr, encoding="utf-8")
-        assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         out[case] = parse_log(done.stdout, str(log))
         (root / f"{case}.json").write_text(json.dumps(out[case], indent=4), encoding="utf-8")
     return out

@@ -101,7 +101,8 @@ def test_doc_has_the_house_sections() -> None:
     text = DOC.read_text(encoding="utf-8")
     headings = re.findall(r"^(#+) (.+)$", text, flags=re.MULTILINE)
     assert headings[0][0] == "#"
-    assert [h for level, h in headings if level == "##"] == ["问题分析", "解决方案", "使用场景", "使用方法", "使用效果"]
+    sections = [h for level, h in headings if level == "##"]
+    assert sections == ["问题分析", "解决方案", "使用场景", "使用方法", "使用效果"]
     assert "> [!NOTE]" in text
     image = re.search(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert image and (DOC.parent / image.group(1)).is_file()

@@ -64,7 +64,9 @@ def make_plan(rounds: list[list[tuple[tuple[int, ...], str, tuple[int, ...]]]], 
     return Plan(
         rounds=tuple(
             RoundPlan(
-                groups=tuple(GroupPlan(ranks=r, degree=len(r), algo=a, samples=s, predicted_ms=1.0) for r, a, s in groups),
+                groups=tuple(
+                    GroupPlan(ranks=r, degree=len(r), algo=a, samples=s, predicted_ms=1.0) for r, a, s in groups
+                ),
                 predicted_ms=1.0,
             )
             for groups in rounds

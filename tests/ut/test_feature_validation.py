@@ -151,7 +151,8 @@ def test_pre_validate_hands_cp_to_fcp_before_megatron_derives_dp():
 def test_unknown_fcp_option_kept_by_parse_known_args_is_named():
     args = parse("--fcp-preset", "a3-qwen3vl-8b")
     args.fcp_max_degre = "8"  # a misspelt YAML key, as MindSpeed's parse_known_args would keep it
-    with pytest.raises(FCPArgumentError, match=r"unknown FCP option --fcp-max-degre \(did you mean --fcp-max-degree\?\)"):
+    expected = r"unknown FCP option --fcp-max-degre \(did you mean --fcp-max-degree\?\)"
+    with pytest.raises(FCPArgumentError, match=expected):
         FCPFeature().validate_args(args)
 
 

@@ -22,6 +22,7 @@ import argparse
 import importlib
 import logging
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -149,7 +150,9 @@ def _rebind_imported_names(old: Any, new: Any, attr: str) -> list[Any]:
     rebound = []
     for module in list(sys.modules.values()):
         try:
-            holds_old = module is not None and getattr(module, attr, None) is old
+            with warnings.catch_warnings():  # reading deprecated module attributes warns
+                warnings.simplefilter("ignore")
+                holds_old = module is not None and getattr(module, attr, None) is old
         except Exception:  # some modules compute attributes lazily and may raise anything
             continue
         if holds_old:

@@ -52,7 +52,8 @@ def shard_batch_for_round(
         if key == CU_SEQLENS_KEY:
             continue
         if key == "attention_mask" and value is not None:
-            raise ValueError("FCP builds each document's causal mask from cu_seqlens: batch['attention_mask'] must be None")
+            raise ValueError(
+                "FCP builds each document's causal mask from cu_seqlens: batch['attention_mask'] must be None")
         if not isinstance(value, torch.Tensor):
             sharded[key] = value
             continue

@@ -15,7 +15,8 @@ def fcp_rank_layout() -> FCPRankLayout:
     """The DP x CP planes of the initialised Megatron state, gathered from every rank (collective)."""
     from megatron.core import parallel_state
 
-    plane = tuple(sorted(dist.get_process_group_ranks(parallel_state.get_data_parallel_group(with_context_parallel=True))))
+    group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+    plane = tuple(sorted(dist.get_process_group_ranks(group)))
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, plane)
     planes = tuple(sorted(set(gathered)))
