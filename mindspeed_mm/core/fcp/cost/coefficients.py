@@ -10,6 +10,9 @@ Assumptions (all stated here once):
 - Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
   2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
 - The vision encoder runs on the group's patches split evenly over its ranks.
+- A causal ring's off-diagonal steps compute a rectangle per document (its shard's tokens against
+  half as many keys). Kernels that skip masked work make that cost A(s) like the diagonal step; a
+  table with an `off_diagonal` grid gives its own fit B(s) = alpha' s^2 + beta' s + gamma'.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.cost.grid import fit_quadratic
+from mindspeed_mm.core.fcp.cost.grid import Grid, fit_quadratic
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 
 logger = logging.getLogger(__name__)
@@ -51,6 +54,10 @@ class StageCoefficients:
     """Vision encoder (with recompute), ms per patch."""
     launch_ms: float
     """Fixed cost of one round of a group."""
+    off_diagonal: tuple[float, float, float]
+    """Stage (alpha', beta', gamma') of an off-diagonal ring block (the diagonal's when not profiled)."""
+    comm_overlap: float
+    """Share of a ring step's transfer hidden behind its block compute."""
     heads: int
     """Query heads per TP rank."""
     kv_heads: int
@@ -69,13 +76,10 @@ class StageCoefficients:
     def from_table(cls, table: ProfileTable) -> "StageCoefficients":
         """Derive the coefficients of a (validated) table."""
         tm, model = table.time, table.model
-        grid = tm.attention_ms(model.attention_mask)
-        fit = fit_quadratic(grid)
-        x = np.asarray(grid.x)
-        worst = float(np.max(np.abs((fit[0] * x * x + fit[1] * x + fit[2]) / np.asarray(grid.y) - 1.0)))
-        if worst > FIT_WARN_RELATIVE_ERROR:
-            logger.warning("attention grid of '%s' departs up to %.0f%% from its quadratic fit; "
-                           "attention times may be off by as much", model.name, 100 * worst)
+        fit = _checked_fit(tm.attention_ms(model.attention_mask), model.name, "attention")
+        block = fit
+        if model.attention_mask == "causal" and tm.attention_off_diagonal_ms is not None:
+            block = _checked_fit(tm.attention_off_diagonal_ms, model.name, "off-diagonal attention")
         layers = table.layers_per_stage
         passes = 2 if table.recompute == "full" else 1
         attn_fwd = 1.0 / (1.0 + tm.attention_backward_ratio)
@@ -89,8 +93,21 @@ class StageCoefficients:
             per_token_ms=layers * tm.linear_ms_per_token * linear_scale + tm.output_ms_per_token,
             per_patch_ms=tm.vision_ms_per_patch * linear_scale,
             launch_ms=tm.launch_ms,
+            off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
+            comm_overlap=tm.comm_overlap,
             heads=model.heads // table.tp,
             kv_heads=model.kv_heads // table.tp,
             head_bytes=model.head_dim * BYTES_PER_ELEMENT[table.dtype],
             ranks_per_node=table.hardware.ranks_per_node,
         )
+
+
+def _checked_fit(grid: Grid, model: str, what: str) -> tuple[float, float, float]:
+    """Quadratic fit of an attention grid; warns when it departs far from the points."""
+    fit = fit_quadratic(grid)
+    x = np.asarray(grid.x)
+    worst = float(np.max(np.abs((fit[0] * x * x + fit[1] * x + fit[2]) / np.asarray(grid.y) - 1.0)))
+    if worst > FIT_WARN_RELATIVE_ERROR:
+        logger.warning("%s grid of '%s' departs up to %.0f%% from its quadratic fit; "
+                       "attention times may be off by as much", what, model, 100 * worst)
+    return fit

@@ -4,9 +4,11 @@ Per-document zigzag sharding (each document cut into 2d chunks, rank j holding c
 2d-1-j) balances causal work, so each of the d steps of a pass computes an (s/d) x (s/d) block of
 every document: c(d) = alpha sum(s^2)/d^2 + beta T/d + gamma n. While a block computes, the next
 KV block travels (forward: K and V; backward: K and V plus the dK, dV accumulators, twice the
-bytes), so a pass costs c + (d - 1) max(c, p2p(bytes)). A group of more than ranks_per_node
-ranks spans nodes and every step runs at the inter-node speed: the slowest hop paces a
-synchronous ring.
+bytes), so a pass costs c + (d - 1) max(c', p2p(bytes)), c' being an off-diagonal step (c'
+= c unless the table profiles that block). Where transfers only partly overlap compute
+(`comm_overlap` w < 1, e.g. on a CPU host), a step costs max(c', p) + (1 - w) min(c', p). A
+group of more than ranks_per_node ranks spans nodes and every step runs at the inter-node speed:
+the slowest hop paces a synchronous ring.
 """
 from __future__ import annotations
 
@@ -73,10 +75,10 @@ class RingTimer:
             msg = kv * t.inv
             p_fwd, p_bwd = self._p2p(msg, t.spans), self._p2p(2.0 * msg, t.spans)
         # Steps 2..d of each pass: compute and transfer overlap.
-        np.maximum(step * c.attention_forward_fraction, p_fwd, out=p_fwd)
+        block = step if c.off_diagonal == (c.alpha, c.beta, c.gamma) else self._block(w, t)
+        p_fwd = self._hop(block * c.attention_forward_fraction, p_fwd)
         p_fwd *= c.forward_passes
-        np.maximum(step * (1.0 - c.attention_forward_fraction), p_bwd, out=p_bwd)
-        p_fwd += p_bwd
+        p_fwd += self._hop(block * (1.0 - c.attention_forward_fraction), p_bwd)
         p_fwd *= t.hops
         # The first step of each pass, the linear work and the launch cost.
         step *= c.attention_passes_scale
@@ -84,3 +86,22 @@ class RingTimer:
         step += c.launch_ms
         step += p_fwd
         return step
+
+    def _block(self, w: GroupWorkload, t: RingDegreeTerms) -> np.ndarray:
+        """Compute (forward + backward) of one off-diagonal step: alpha' sum(s^2)/d^2 + beta' T/d + gamma' n."""
+        alpha, beta, gamma = self._c.off_diagonal
+        block = t.inv * (alpha * w.sum_sq_tokens)
+        block += beta * w.total_tokens
+        block *= t.inv
+        block += gamma * w.num_docs
+        return block
+
+    def _hop(self, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:
+        """One step after the first: transfer hidden behind compute up to the overlap share (in `transfer`)."""
+        overlap = self._c.comm_overlap
+        if overlap >= 1.0:
+            return np.maximum(compute, transfer, out=transfer)
+        hidden = np.minimum(compute, transfer)
+        np.maximum(compute, transfer, out=transfer)
+        transfer += (1.0 - overlap) * hidden
+        return transfer

@@ -5,6 +5,10 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 
 - `time.attention_ms.{causal,full}`: forward + backward (no recompute) of the attention core of
   ONE transformer layer over one document of `x` tokens, all of the rank's heads.
+- `time.attention_ms.off_diagonal` (optional): forward + backward of the off-diagonal block a
+  causal ring step computes for a document whose shard on the rank holds `x` tokens (x query
+  rows against x/2 key rows, no mask). Absent: such a block costs what the causal grid says for
+  `x` tokens, as on kernels that skip masked work.
 - `time.linear_ms_per_token`: forward + backward of everything else in one layer (projections,
   MLP, norms, TP collectives) per token.
 - `time.output_ms_per_token`: embedding, LM head and loss, forward + backward, per token.
@@ -12,6 +16,8 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
 - `time.p2p_ms.{intra,inter}`: one point-to-point send of `x` bytes between two ranks.
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.
+- `time.comm_overlap` (optional, default 1): share of a ring step's transfer that overlaps its
+  block compute (1: a step costs max(compute, transfer); 0: compute + transfer).
 - `memory.*`: bytes per rank (static, workspace) and activation bytes per LLM token.
 """
 from __future__ import annotations
@@ -134,6 +140,10 @@ class TimeFigures:
     """All-to-all inside a node vs bytes sent by each rank."""
     all_to_all_inter_ms: Grid
     """All-to-all across nodes vs bytes each rank sends to other nodes."""
+    attention_off_diagonal_ms: Grid | None = None
+    """Off-diagonal block of a causal ring step vs the document's tokens on the rank (None: the causal grid)."""
+    comm_overlap: float = 1.0
+    """Share of a ring step's transfer hidden behind its block compute, in [0, 1]."""
 
     def attention_ms(self, mask: str) -> Grid:
         """The attention grid of a mask type."""
@@ -203,7 +213,9 @@ class ProfileTable:
             "recompute": self.recompute,
             "time": {
                 "attention_ms": {"causal": t.attention_causal_ms.to_dict(),
-                                 "full": t.attention_full_ms.to_dict()},
+                                 "full": t.attention_full_ms.to_dict(),
+                                 **({} if t.attention_off_diagonal_ms is None
+                                    else {"off_diagonal": t.attention_off_diagonal_ms.to_dict()})},
                 "attention_backward_ratio": t.attention_backward_ratio,
                 "linear_ms_per_token": t.linear_ms_per_token,
                 "linear_backward_ratio": t.linear_backward_ratio,
@@ -213,6 +225,7 @@ class ProfileTable:
                 "p2p_ms": {"intra": t.p2p_intra_ms.to_dict(), "inter": t.p2p_inter_ms.to_dict()},
                 "all_to_all_ms": {"intra": t.all_to_all_intra_ms.to_dict(),
                                   "inter": t.all_to_all_inter_ms.to_dict()},
+                **({} if t.comm_overlap == 1.0 else {"comm_overlap": t.comm_overlap}),
             },
             "memory": dict(vars(self.memory)),
             "provenance": self.provenance,
@@ -393,6 +406,10 @@ class _Parser:
                                           "time.all_to_all_ms.intra"),
             all_to_all_inter_ms=self.grid(self.get(a2a, "time.all_to_all_ms", "inter"),
                                           "time.all_to_all_ms.inter"),
+            attention_off_diagonal_ms=None if "off_diagonal" not in attention else self.grid(
+                attention["off_diagonal"], "time.attention_ms.off_diagonal"),
+            comm_overlap=1.0 if "comm_overlap" not in doc else self.number(
+                doc, p, "comm_overlap", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
         )
 
     def memory(self, doc: Any) -> MemoryFigures:

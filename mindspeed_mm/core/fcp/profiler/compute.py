@@ -36,11 +36,13 @@ class Repeats:
     """Device the runs execute on."""
     min_sample_ms: float = 0.0
     """Each sample repeats the operation to last at least this long (see `time_repeats`)."""
+    clock: str = "wall"
+    """Clock the samples read (see `timing.CLOCKS`)."""
 
     def time(self, fn: Callable[[], object]) -> Samples:
         """Samples of ``fn`` started together on every rank."""
         return time_repeats(fn, warmup=self.warmup, repeats=self.repeats, device=self.device,
-                            min_sample_ms=self.min_sample_ms)
+                            min_sample_ms=self.min_sample_ms, clock=self.clock)
 
 
 def _qkv(shape: ModelShape, q_len: int, kv_len: int, dtype: torch.dtype, device: torch.device,

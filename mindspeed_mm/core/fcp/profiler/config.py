@@ -8,7 +8,7 @@ import torch
 
 from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape
-from mindspeed_mm.core.fcp.profiler.timing import STATISTICS
+from mindspeed_mm.core.fcp.profiler.timing import STATISTICS, check_clock
 from mindspeed_mm.core.fcp.profiler.world import check_backend
 
 DEFAULT_ATTENTION_LENGTHS = (16, 32, 64, 128, 256, 512)
@@ -70,14 +70,20 @@ class ProfileConfig:
     """Batch sizes (tokens) of the linear-layer measurements."""
     message_bytes: tuple[int, ...] = DEFAULT_MESSAGE_BYTES
     """Message sizes of the point-to-point and all-to-all grids (bytes each rank sends)."""
+    busy_block_length: int = 32
+    """Shard tokens per document of the reference block the exchanges are timed next to (see `comm`)."""
     warmup: int = 2
     """Untimed runs before each measurement."""
-    repeats: int = 7
-    """Timed samples per measurement."""
+    repeats: int = 3
+    """Timed samples per measurement and sweep."""
+    sweeps: int = 3
+    """Passes over every measurement; samples of all sweeps are pooled."""
     min_sample_ms: float = 30.0
     """Each sample repeats the operation back to back for at least this long (steady host sharing)."""
     statistic: str = "median"
     """How repeats are summarised: one of STATISTICS."""
+    clock: str = "auto"
+    """`wall`, `cpu` (process CPU time, see `timing`) or `auto`: cpu on the CPU device, else wall."""
     seed: int = 0
     """Seed of weights and synthetic inputs."""
     timeout_s: float = 600.0
@@ -93,14 +99,18 @@ class ProfileConfig:
             raise ValueError(f"--dtype {self.dtype}: the CPU profile runs fp32 only")
         check_backend(self.backend, self.device)
         for option, value in (("--world-size", self.world_size), ("--ranks-per-node", self.ranks_per_node),
-                              ("--repeats", self.repeats),
-                              ("--attention-docs-per-call", self.attention_docs_per_call)):
+                              ("--repeats", self.repeats), ("--sweeps", self.sweeps),
+                              ("--attention-docs-per-call", self.attention_docs_per_call),
+                              ("--busy-block-length", self.busy_block_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option} must be a positive int, got {value!r}")
         if self.world_size < 2:
             raise ValueError(f"--world-size must be >= 2 to measure communication, got {self.world_size}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"--warmup must be an int >= 0, got {self.warmup!r}")
+        if self.clock == "auto":
+            object.__setattr__(self, "clock", "cpu" if self.device == "cpu" else "wall")
+        check_clock(self.clock, self.device)
         if self.statistic not in STATISTICS:
             raise ValueError(f"--statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
         if self.nice is not None and (isinstance(self.nice, bool) or not isinstance(self.nice, int)

@@ -1,17 +1,16 @@
-"""The measurement sequence every rank of the profiling world runs, and what it returns."""
+"""The measurements every rank of the profiling world runs, in sweeps, and the raw samples they keep."""
 from __future__ import annotations
 
 import dataclasses
-import logging
-import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
-from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS, comm_samples, prewarm_groups
+from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS, CommSamples, comm_samples, prewarm_groups, reference_block
 from mindspeed_mm.core.fcp.profiler.compute import (
     ATTENTION_KINDS,
     Repeats,
@@ -23,26 +22,17 @@ from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
 
-logger = logging.getLogger(__name__)
-
 MEMORY_PROBE_LENGTHS = ((64, 32, 32), (256, 128, 128))
 """Two packed batches (document lengths) whose saved-activation difference gives bytes per token."""
 
+Key = TypeVar("Key")
+Value = TypeVar("Value")
+
 
 @dataclass(frozen=True)
-class RankMeasurements:
-    """Summaries (milliseconds, bytes) one rank measured; keys name the grid point."""
+class MemoryFacts:
+    """Memory figures of one rank."""
 
-    attention_ms: dict[tuple[str, int], float]
-    """(kind, document length) -> forward + backward time of one layer's attention core, per document."""
-    attention_forward_ms: dict[tuple[str, int], float]
-    """(kind, document length) -> forward time alone, per document."""
-    decoder_ms: dict[tuple[int, int], float]
-    """(layers, tokens) -> forward + backward of a decoder of that many layers without attention work."""
-    decoder_forward_ms: dict[tuple[int, int], float]
-    """(layers, tokens) -> forward alone."""
-    comm_ms: dict[tuple[str, int, int], float]
-    """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
     activation_bytes: dict[int, int]
     """Tokens of a probe batch -> bytes autograd saved for backward."""
     training_state_bytes: int
@@ -53,16 +43,37 @@ class RankMeasurements:
     """Achieved dense matmul throughput."""
 
 
+@dataclass(frozen=True)
+class RankMeasurements:
+    """Raw samples (milliseconds per run) one rank took; keys name the grid point."""
+
+    attention: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    """(kind, document length) -> forward + backward of one layer's attention core, per document."""
+    attention_forward: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    """(kind, document length) -> forward alone, per document."""
+    decoder: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
+    """(layers, tokens) -> forward + backward of a decoder of that many layers without attention work."""
+    decoder_forward: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
+    """(layers, tokens) -> forward alone."""
+    comm: dict[tuple[str, int, int], CommSamples] = field(default_factory=dict)
+    """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
+
+    def __add__(self, other: "RankMeasurements") -> "RankMeasurements":
+        """The samples of both (e.g. two sweeps) under each key."""
+        return RankMeasurements(*(_joined(getattr(self, f.name), getattr(other, f.name))
+                                  for f in dataclasses.fields(self)))
+
+
+def _joined(a: dict[Key, Value], b: dict[Key, Value]) -> dict[Key, Value]:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out[key] + value if key in out else value  # type: ignore[operator]
+    return out
+
+
 def probe_layers(layers: int) -> tuple[int, ...]:
     """Decoder depths timed for the linear work: 1 and 2 layers (2 - 1 isolates one layer)."""
     return (1, 2) if layers >= 2 else (1,)
-
-
-def _steps(config: ProfileConfig) -> int:
-    attention = len(ATTENTION_KINDS) * len(config.attention_lengths)
-    decoder = len(probe_layers(config.model.layers)) * len(config.linear_tokens)
-    comm = len(COMM_KINDS) * (config.world_size - 1) * len(config.message_bytes)
-    return attention + decoder + comm + 2
 
 
 def rank_device(config: ProfileConfig, rank: int) -> torch.device:
@@ -76,60 +87,68 @@ def rank_device(config: ProfileConfig, rank: int) -> torch.device:
     return device
 
 
-def measure_rank(rank: int, world_size: int, config: ProfileConfig, progress: bool) -> RankMeasurements:
-    """Run every measurement of `config` on this rank, in step with the other ranks."""
-    device = rank_device(config, rank)
-    runtime = runtime_bytes(device)
-    repeats = Repeats(config.warmup, config.repeats, device, config.min_sample_ms)
-    shape = config.model
-    bar = tqdm(total=_steps(config), desc="fcp profile", unit="step", file=sys.stderr,
-               disable=not progress or rank != 0)
+class RankProfiler:
+    """One rank's side of the profile: measurements in sweeps that every rank runs in step."""
 
-    attention: dict[tuple[str, int], float] = {}
-    attention_forward: dict[tuple[str, int], float] = {}
-    for kind in ATTENTION_KINDS:
-        for length in config.attention_lengths:
-            bar.set_postfix_str(f"attention {kind} {length}")
-            docs = config.attention_docs_per_call
-            both, forward = attention_samples(shape, kind, length, docs, config.dtype, repeats, config.seed)
-            attention[(kind, length)] = both.summary(config.statistic) / docs
-            attention_forward[(kind, length)] = forward.summary(config.statistic) / docs
-            bar.update()
+    def __init__(self, rank: int, world_size: int, config: ProfileConfig) -> None:
+        self.config = config
+        self.device = rank_device(config, rank)
+        self.runtime_bytes = runtime_bytes(self.device)
+        self.world_size = world_size
+        self.pool = CommGroupPool()
+        prewarm_groups(self.pool, self.group_sizes, world_size)
+        shape = config.model
+        self.decoders = {layers: Decoder(dataclasses.replace(shape, layers=layers), config.dtype,
+                                         config.seed).to(self.device) for layers in probe_layers(shape.layers)}
+        self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
+                                     self.device, config.seed)
 
-    decoder_ms: dict[tuple[int, int], float] = {}
-    decoder_forward: dict[tuple[int, int], float] = {}
-    for layers in probe_layers(shape.layers):
-        decoder = Decoder(dataclasses.replace(shape, layers=layers), config.dtype, config.seed).to(device)
-        for tokens in config.linear_tokens:
-            bar.set_postfix_str(f"linear {layers} layer(s) {tokens} tokens")
-            both, forward = decoder_samples(decoder, shape, tokens, repeats, config.seed)
-            decoder_ms[(layers, tokens)] = both.summary(config.statistic)
-            decoder_forward[(layers, tokens)] = forward.summary(config.statistic)
-            bar.update()
+    @property
+    def group_sizes(self) -> tuple[int, ...]:
+        """Group sizes of the communication measurements."""
+        return tuple(range(2, self.world_size + 1))
 
-    pool = CommGroupPool()
-    sizes = tuple(range(2, world_size + 1))
-    prewarm_groups(pool, sizes, world_size)
-    comm: dict[tuple[str, int, int], float] = {}
-    for kind in COMM_KINDS:
-        for size in sizes:
-            for nbytes in config.message_bytes:
-                bar.set_postfix_str(f"{kind} {size} ranks {nbytes} B")
-                samples = comm_samples(kind, nbytes, size, pool, repeats)
-                if samples is not None:
-                    comm[(kind, size, nbytes)] = samples.summary(config.statistic)
-                bar.update()
+    def steps(self) -> int:
+        """Measurements in one sweep (for progress bars)."""
+        c = self.config
+        return (len(ATTENTION_KINDS) * len(c.attention_lengths)
+                + len(self.decoders) * len(c.linear_tokens)
+                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes))
 
-    bar.set_postfix_str("memory")
-    full = Decoder(shape, config.dtype, config.seed).to(device)
-    activation = {sum(lengths): saved_activation_bytes(full, shape, list(lengths), device, config.seed)
-                  for lengths in MEMORY_PROBE_LENGTHS}
-    state = training_state_bytes(full, shape, device, config.seed)
-    bar.update()
-    tflops = matmul_tflops(config.dtype, repeats)
-    bar.update()
-    bar.close()
-    dist.barrier()
-    return RankMeasurements(attention_ms=attention, attention_forward_ms=attention_forward, decoder_ms=decoder_ms,
-                            decoder_forward_ms=decoder_forward, comm_ms=comm, activation_bytes=activation,
-                            training_state_bytes=state, runtime_bytes=runtime, matmul_tflops=tflops)
+    def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
+        """Every time measurement once, with `repeats` samples each."""
+        c = self.config
+        timing = Repeats(c.warmup, repeats, self.device, c.min_sample_ms, c.clock)
+        out = RankMeasurements()
+        docs = c.attention_docs_per_call
+        for kind in ATTENTION_KINDS:
+            for length in c.attention_lengths:
+                both, forward = attention_samples(c.model, kind, length, docs, c.dtype, timing, c.seed)
+                out.attention[(kind, length)] = tuple(t / docs for t in both.times_ms)
+                out.attention_forward[(kind, length)] = tuple(t / docs for t in forward.times_ms)
+                on_step(f"attention {kind} {length}")
+        for layers, decoder in self.decoders.items():
+            for tokens in c.linear_tokens:
+                both, forward = decoder_samples(decoder, c.model, tokens, timing, c.seed)
+                out.decoder[(layers, tokens)] = both.times_ms
+                out.decoder_forward[(layers, tokens)] = forward.times_ms
+                on_step(f"linear {layers} layer(s) {tokens} tokens")
+        for kind in COMM_KINDS:
+            for size in self.group_sizes:
+                for nbytes in c.message_bytes:
+                    samples = comm_samples(kind, nbytes, size, self.pool, self.block, timing)
+                    if samples is not None:
+                        out.comm[(kind, size, nbytes)] = samples
+                    on_step(f"{kind} {size} ranks {nbytes} B")
+        return out
+
+    def memory(self) -> MemoryFacts:
+        """Activation, training-state and runtime bytes, and the matmul throughput."""
+        c = self.config
+        full = Decoder(c.model, c.dtype, c.seed).to(self.device)
+        activation = {sum(lengths): saved_activation_bytes(full, c.model, list(lengths), self.device, c.seed)
+                      for lengths in MEMORY_PROBE_LENGTHS}
+        state = training_state_bytes(full, c.model, self.device, c.seed)
+        tflops = matmul_tflops(c.dtype, Repeats(c.warmup, c.repeats, self.device, c.min_sample_ms, "wall"))
+        dist.barrier()
+        return MemoryFacts(activation, state, self.runtime_bytes, tflops)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mindspeed_mm.core.fcp.cost.grid import Grid
@@ -10,18 +11,19 @@ from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
-from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankMeasurements, probe_layers
+from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, MemoryFacts, RankMeasurements, probe_layers
+from mindspeed_mm.core.fcp.profiler.timing import summarize
 
 USABLE_MEMORY_FRACTION = 0.9
 """Share of a rank's memory left to tensors (allocator slack, other processes): the presets' assumption."""
 
 
-def _merged(ranks: Sequence[RankMeasurements], field: str) -> dict[Any, float]:
-    """Median over the ranks that measured each key of a per-rank dict field."""
+def _merged(ranks: Sequence[RankMeasurements], field: str, statistic: str) -> dict[Any, float]:
+    """Per key of a per-rank dict of samples: median over the ranks of each rank's statistic."""
     values: dict[Any, list[float]] = {}
     for measured in ranks:
-        for key, value in getattr(measured, field).items():
-            values.setdefault(key, []).append(value)
+        for key, samples in getattr(measured, field).items():
+            values.setdefault(key, []).append(summarize(samples, statistic))
     return {key: median_of(v) for key, v in values.items()}
 
 
@@ -60,35 +62,82 @@ def linear_figures(config: ProfileConfig, decoder: dict[tuple[int, int], float])
     return per_layer, output, launch
 
 
-def comm_grids(config: ProfileConfig, comm: dict[tuple[str, int, int], float]) -> dict[str, dict[int, Grid]]:
-    """Per kind and group size: time vs bytes each rank sends to other ranks (linear grids)."""
-    out: dict[str, dict[int, Grid]] = {}
-    for kind in COMM_KINDS:
-        out[kind] = {}
-        for size in range(2, config.world_size + 1):
-            sent = [b if kind == "p2p" else b * (size - 1) / size for b in config.message_bytes]
-            out[kind][size] = _grid(sent, [comm[(kind, size, b)] for b in config.message_bytes], "linear")
-    return out
+@dataclass(frozen=True)
+class CommTimes:
+    """Summarised times of one exchange size, milliseconds (see `comm.CommSamples`)."""
+
+    alone_ms: float
+    """The exchange alone."""
+    busy_ms: float
+    """The exchange with the reference block."""
+    block_ms: float
+    """The reference block alone."""
 
 
-def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], facts: dict[str, Any]) -> ProfileTable:
+@dataclass(frozen=True)
+class CommCurve:
+    """What the table keeps of one kind of exchange at one group size."""
+
+    grid: Grid
+    """Transfer time vs bytes each rank sends to other ranks, as the cost model should charge it."""
+    overlap: float
+    """Share of the transfer a compute block hides (0 for all-to-all, which nothing overlaps)."""
+
+
+def comm_curve(kind: str, size: int, config: ProfileConfig, times: dict[tuple[str, int, int], CommTimes]) -> CommCurve:
+    """The grid and overlap of one kind and group size from the ranks' merged times.
+
+    A busy step with compute c and transfer p takes max(c, p) + (1 - w) min(c, p), so
+    w = (c + p - busy) / min(c, p). Where the host hides part of the transfer (w > 0) the grid
+    holds the transfer alone; where it hides nothing, the grid holds what the transfer really
+    adds to a busy step, busy - c, which on a host whose ranks share cores exceeds p alone.
+    """
+    points = [times[(kind, size, b)] for b in config.message_bytes]
+    sent = [b if kind == "p2p" else b * (size - 1) / size for b in config.message_bytes]
+    overlap = 0.0
+    if kind == "p2p":
+        ratios = [(t.block_ms + t.alone_ms - t.busy_ms) / min(t.block_ms, t.alone_ms) for t in points]
+        overlap = min(max(median_of(ratios), 0.0), 1.0)
+    if overlap > 0:
+        ys = [t.alone_ms for t in points]
+    else:
+        ys = [max(t.alone_ms, t.busy_ms - t.block_ms) for t in points]
+    return CommCurve(_grid(sent, ys, "linear"), overlap)
+
+
+def _merged_comm(ranks: Sequence[RankMeasurements], statistic: str) -> dict[tuple[str, int, int], CommTimes]:
+    """Per exchange: median over the ranks that took part of each rank's statistic, field by field."""
+    keys = {key for measured in ranks for key in measured.comm}
+    merged = {}
+    for key in keys:
+        got = [m.comm[key] for m in ranks if key in m.comm]
+        merged[key] = CommTimes(*(median_of([summarize(getattr(t, name), statistic) for t in got])
+                                  for name in ("alone", "busy", "block")))
+    return merged
+
+
+def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory_facts: Sequence[MemoryFacts],
+                facts: dict[str, Any]) -> ProfileTable:
     """The table of one profiling run; `facts` (host, versions, load, duration) go to the provenance."""
-    attention = _merged(ranks, "attention_ms")
-    attention_forward = _merged(ranks, "attention_forward_ms")
-    decoder = _merged(ranks, "decoder_ms")
-    decoder_forward = _merged(ranks, "decoder_forward_ms")
-    comm = _merged(ranks, "comm_ms")
+    statistic = config.statistic
+    attention = _merged(ranks, "attention", statistic)
+    attention_forward = _merged(ranks, "attention_forward", statistic)
+    decoder = _merged(ranks, "decoder", statistic)
+    decoder_forward = _merged(ranks, "decoder_forward", statistic)
+    comm = _merged_comm(ranks, statistic)
     grids = attention_grids(config, attention)
     per_layer, output, launch = linear_figures(config, decoder)
-    comms = comm_grids(config, comm)
-    # A host is one node: the largest group measured stands for both link kinds.
-    p2p = comms["p2p"][config.world_size]
-    a2a = comms["all_to_all"][config.world_size]
+    curves = {(kind, size): comm_curve(kind, size, config, comm)
+              for kind in COMM_KINDS for size in range(2, config.world_size + 1)}
+    # A host is one node: the largest group measured, every rank busy, stands for both link kinds.
+    p2p_curve = curves[("p2p", config.world_size)]
+    p2p, a2a = p2p_curve.grid, curves[("all_to_all", config.world_size)].grid
     _, p2p_slope = fit_line(p2p.x, p2p.y)
     bandwidth = 1e3 / p2p_slope if p2p_slope > 0 else float(max(config.message_bytes)) * 1e3 / p2p.y[-1]
 
     low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
-    activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low) for m in ranks])
+    activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low)
+                            for m in memory_facts])
     causal_keys = [("causal", x) for x in config.attention_lengths]
     decoder_keys = list(decoder)
     time = TimeFigures(
@@ -104,10 +153,12 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], facts:
         p2p_inter_ms=p2p,
         all_to_all_intra_ms=a2a,
         all_to_all_inter_ms=a2a,
+        attention_off_diagonal_ms=grids["block"],
+        comm_overlap=p2p_curve.overlap,
     )
     memory = MemoryFigures(
-        static_bytes=float(median_of([m.training_state_bytes for m in ranks])),
-        workspace_bytes=float(median_of([m.runtime_bytes for m in ranks])),
+        static_bytes=float(median_of([m.training_state_bytes for m in memory_facts])),
+        workspace_bytes=float(median_of([m.runtime_bytes for m in memory_facts])),
         activation_bytes_per_token=max(activation, 1.0),
         vision_activation_bytes_per_token=0.0,
     )
@@ -117,7 +168,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], facts:
         ranks_per_node=config.ranks_per_node,
         memory_bytes=int(facts["rank_memory_bytes"]),
         usable_memory_fraction=USABLE_MEMORY_FRACTION,
-        peak_tflops=max(median_of([m.matmul_tflops for m in ranks]), 1e-6),
+        peak_tflops=max(median_of([m.matmul_tflops for m in memory_facts]), 1e-6),
         intra_node_bytes_per_s=bandwidth,
         inter_node_bytes_per_s=bandwidth,
     )
@@ -126,17 +177,27 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], facts:
         **{k: v for k, v in facts.items() if k != "rank_memory_bytes"},
         "measurement": {
             "world_size": config.world_size, "backend": config.backend, "statistic": config.statistic,
-            "warmup": config.warmup, "repeats": config.repeats, "seed": config.seed,
+            "warmup": config.warmup, "repeats": config.repeats, "sweeps": config.sweeps,
+            "min_sample_ms": config.min_sample_ms, "attention_docs_per_call": config.attention_docs_per_call,
+            "busy_block_length": config.busy_block_length, "nice": config.nice, "seed": config.seed,
         },
-        "attention_ms_block": grids["block"].to_dict(),
-        "p2p_ms_by_group_size": {str(g): grid.to_dict() for g, grid in comms["p2p"].items()},
-        "all_to_all_ms_by_group_size": {str(g): grid.to_dict() for g, grid in comms["all_to_all"].items()},
+        "busy_block_ms": median_of([t.block_ms for t in comm.values()]),
+        "comm_ms_by_group_size": {
+            f"{kind} {size} ranks": {
+                "bytes": list(config.message_bytes),
+                "alone": [comm[(kind, size, b)].alone_ms for b in config.message_bytes],
+                "busy": [comm[(kind, size, b)].busy_ms for b in config.message_bytes],
+                "block": [comm[(kind, size, b)].block_ms for b in config.message_bytes],
+                "overlap": curve.overlap,
+            } for (kind, size), curve in curves.items()},
         "decoder_ms": {f"{layers} layers, {tokens} tokens": ms for (layers, tokens), ms in sorted(decoder.items())},
         "notes": [
             "Every rank of the measurement world ran each measurement at the same time, so the figures are "
             "those of one rank on a fully loaded host.",
             "Grids are made monotone (pool adjacent violators) where noise broke monotonicity.",
             "One host is one node: the inter-node grids repeat the intra-node measurements.",
+            "Communication grids: the transfer alone where a compute block hides part of it, else what it adds "
+            "to a busy step (see comm_ms_by_group_size: alone, busy = with the reference block, block alone).",
             "static_bytes: parameters, gradients and Adam state after one step, without sharding.",
             "No vision encoder was profiled: vision_ms_per_patch is 0 and model.vision is null.",
         ],

@@ -1,4 +1,12 @@
-"""Wall-clock timing with warm-up, repeats and a robust summary, started together on every rank."""
+"""Timing with warm-up, repeats and a robust summary, started together on every rank.
+
+Two clocks: `wall` (elapsed time, what a device with its own compute units shows) and `cpu` (the
+CPU time of the whole process, all its threads). On a host whose ranks share few cores with other
+jobs, elapsed time mostly measures the scheduler: a rank waits for a core for as long as it runs.
+Process CPU time counts only the work the rank did itself (compute, and the CPU side of its
+communication), i.e. the elapsed time it would take with a core of its own, minus the time it
+blocks waiting for its peers.
+"""
 from __future__ import annotations
 
 import math
@@ -11,11 +19,21 @@ import torch
 import torch.distributed as dist
 
 STATISTICS = ("median", "lower_quartile", "min")
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""Clock name -> function returning seconds."""
+
+
+def check_clock(clock: str, device: str) -> None:
+    """Raise ValueError for an unknown clock, or the CPU clock on an accelerator (its work is not CPU time)."""
+    if clock not in CLOCKS:
+        raise ValueError(f"--clock must be one of {list(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and device != "cpu":
+        raise ValueError(f"--clock cpu measures host CPU time and cannot time work on device {device!r}; use wall")
 
 
 @dataclass(frozen=True)
 class Samples:
-    """Repeated wall-clock times of one measurement, milliseconds."""
+    """Repeated times of one measurement, milliseconds per run on the clock it was read with."""
 
     times_ms: tuple[float, ...]
     """Every timed repeat, in run order."""
@@ -51,23 +69,26 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device: torch.device,
-                 min_sample_ms: float = 0.0, group: dist.ProcessGroup | None = None,
+                 min_sample_ms: float = 0.0, clock: str = "wall", group: dist.ProcessGroup | None = None,
                  barrier: bool = True) -> Samples:
     """Run ``fn`` ``warmup`` times untimed, then take ``repeats`` timed samples of it.
 
-    A sample runs ``fn`` back to back enough times to last about ``min_sample_ms`` and reports the
-    mean per run: on a host whose ranks share cores, a single short run right after a barrier
+    A sample runs ``fn`` back to back enough times to last about ``min_sample_ms`` (elapsed) and
+    reports the mean per run on ``clock``: on a host whose ranks share cores, a single short run right after a barrier
     catches the ranks before the scheduler has spread them and reads too fast; longer samples see
     the steady sharing that a training round sees. With ``barrier`` (and torch.distributed
     initialised), every rank of ``group`` starts each sample together and runs as many calls per
-    sample as the slowest rank needs (so collective operations stay matched).
+    sample as the slowest rank needs (so collective operations stay matched). ``clock`` names
+    one of CLOCKS.
     """
+    now = CLOCKS[clock]
     synced = barrier and dist.is_initialized()
     for _ in range(warmup):
         fn()
     synchronize(device)
     calls = 1
     if min_sample_ms > 0:
+        # Sized on elapsed time: a sample should keep every rank busy for min_sample_ms.
         started = time.perf_counter()
         fn()
         synchronize(device)
@@ -79,11 +100,11 @@ def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device:
     for _ in range(repeats):
         if synced:
             dist.barrier(group=group)
-        started = time.perf_counter()
+        started = now()
         for _ in range(calls):
             fn()
         synchronize(device)
-        times.append((time.perf_counter() - started) * 1e3 / calls)
+        times.append((now() - started) * 1e3 / calls)
     return Samples(tuple(times))
 
 

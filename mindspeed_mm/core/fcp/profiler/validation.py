@@ -3,15 +3,18 @@
 Each validation round splits the world into groups (degree, algo) that run at the same time, as
 in a training round; each group trains a packed batch of mixed lengths forward and backward
 through the profiler's decoder (the same code the profile timed: torch projections, MLP, norms
-and ``fcp_attention`` over the group). A group's time in one pass is the slowest of its ranks;
-passes go round-robin over the rounds so that slow drifts of the host load hit every case alike.
+and ``fcp_attention`` over the group). In one pass every group repeats its run for about the same
+window, so all ranks stay busy as in a training round; the group's time in the pass is the mean
+run of its slowest rank. Passes go round-robin over the rounds so that slow drifts of the host
+load hit every case alike.
 """
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,13 +22,14 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from mindspeed_mm.core.fcp.cost.model import CostModel
+from mindspeed_mm.core.fcp.cost.model import ALGOS, CostModel
 from mindspeed_mm.core.fcp.cost.table import ModelShape
+from mindspeed_mm.core.fcp.cost.ulysses import ulysses_degrees
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
-from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
+from mindspeed_mm.core.fcp.profiler.decoder import AttentionCore, Decoder, ShardInputs, fcp_core
 from mindspeed_mm.core.fcp.profiler.environment import load_average
-from mindspeed_mm.core.fcp.profiler.timing import STATISTICS, summarize, synchronize
+from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS, check_clock, summarize, synchronize
 from mindspeed_mm.core.fcp.profiler.world import run_world
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 
@@ -72,8 +76,14 @@ class CaseResult:
     """Cost-model prediction."""
     measured_ms: float
     """Summary over the passes of the group's time (its slowest rank per pass)."""
-    spread: float
-    """Interquartile range of the passes over their median: how noisy the measurement was."""
+    samples_ms: tuple[float, ...]
+    """The group's time in every pass."""
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the passes over their median: how noisy the measurement was."""
+        q1, median, q3 = np.percentile(self.samples_ms, [25, 50, 75])
+        return float((q3 - q1) / median)
 
     @property
     def error(self) -> float:
@@ -164,76 +174,153 @@ def _pack(pool, tokens: int) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
     return tuple(lengths)
 
 
-def _measure(rank: int, world_size: int, shape: ModelShape, dtype: str, rounds: Sequence[ValidationRound],
-             warmup: int, passes: int, runs_per_pass: int, seed: int, progress: bool) -> list[list[float]]:
-    """World function: per (round, group containing this rank) in order, this rank's time of every pass."""
-    pool = CommGroupPool()
-    pool.prewarm([g.ranks for r in rounds for g in r.groups if g.degree > 1])
-    causal = shape.attention_mask == "causal"
-    model = Decoder(shape, dtype, seed)
-    device = torch.device("cpu")
-    work = []
-    for r in rounds:
-        group = next(g for g in r.groups if rank in g.ranks)
-        process_group = pool.get(group.ranks) if group.degree > 1 else None
-        inputs = shard_inputs(list(group.lengths), shape.vocab, group.ranks.index(rank), group.degree, seed=seed)
-        work.append((inputs, fcp_core(cu_seqlens_of(group.lengths), process_group, group.algo, causal)))
-    times: list[list[float]] = [[] for _ in rounds]
-    bar = tqdm(total=(warmup + passes) * len(rounds), desc="fcp validate", unit="group run", file=sys.stderr,
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How the validation repeats its rounds."""
+
+    passes: int = 15
+    """Timed passes over all rounds."""
+    window_ms: float = 300.0
+    """Each group repeats its run back to back for about this long per pass (a pass reports the mean run)."""
+    warmup: int = 1
+    """Untimed passes first (the last one sizes the windows)."""
+    statistic: str = "median"
+    """How passes are summarised: one of STATISTICS."""
+    clock: str = "cpu"
+    """Clock of the measured times: the profile's (see `timing.CLOCKS`)."""
+
+    def __post_init__(self) -> None:
+        for option, value, low in (("--validation-passes", self.passes, 1), ("warmup", self.warmup, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{option} must be an int >= {low}, got {value!r}")
+        if isinstance(self.window_ms, bool) or not isinstance(self.window_ms, (int, float)) or not self.window_ms > 0:
+            raise ValueError(f"--validation-window-ms must be a number > 0, got {self.window_ms!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
+        check_clock(self.clock, "cpu")
+
+
+class ValidationRunner:
+    """One rank's side of the validation: its group of every round, ready to run pass after pass."""
+
+    def __init__(self, rank: int, shape: ModelShape, dtype: str, rounds: Sequence[ValidationRound],
+                 pool: CommGroupPool, device: torch.device, seed: int, clock: str) -> None:
+        pool.prewarm([g.ranks for r in rounds for g in r.groups if g.degree > 1])
+        causal = shape.attention_mask == "causal"
+        self.device = device
+        self.now = CLOCKS[clock]
+        self.model = Decoder(shape, dtype, seed).to(device)
+        self.work: list[tuple[ShardInputs, AttentionCore]] = []
+        self.group_ranks: list[tuple[int, ...]] = []
+        """Per round, the ranks of this rank's group."""
+        self.runs: list[int] = [1] * len(rounds)
+        """Per round, back-to-back runs of a timed pass (set by `warm_up`)."""
+        for r in rounds:
+            group = next(g for g in r.groups if rank in g.ranks)
+            self.group_ranks.append(group.ranks)
+            process_group = pool.get(group.ranks) if group.degree > 1 else None
+            inputs = shard_inputs(list(group.lengths), shape.vocab, group.ranks.index(rank), group.degree,
+                                  seed=seed, device=device)
+            self.work.append((inputs, fcp_core(cu_seqlens_of(group.lengths), process_group, group.algo, causal)))
+        self.times: list[list[float]] = [[] for _ in rounds]
+        """Per round, this rank's time of every timed pass (ms per run)."""
+
+    def warm_up(self, passes: int, window_ms: float) -> None:
+        """Untimed passes; then size every round's runs so that each group stays busy about `window_ms` (elapsed).
+
+        Every rank keeps working for the whole window, as in a training round where all ranks
+        work: a group that finished early would leave its cores to the others and speed them up.
+        A group's run count comes from its slowest rank's warm-up time (all ranks agree on it).
+        """
+        last = [0.0] * len(self.work)
+        for _ in range(passes):
+            for slot, (inputs, core) in enumerate(self.work):
+                dist.barrier()
+                started = time.perf_counter()
+                self._run_once(inputs, core)
+                last[slot] = (time.perf_counter() - started) * 1e3
+        gathered = [torch.zeros(len(self.work), dtype=torch.float64) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, torch.tensor(last, dtype=torch.float64))
+        per_rank = torch.stack(gathered)
+        self.runs = [max(1, math.ceil(window_ms / float(per_rank[list(ranks), slot].max())))
+                     for slot, ranks in enumerate(self.group_ranks)]
+
+    def run(self, passes: int, *, on_pass: Callable[[], None] | None = None) -> None:
+        """`passes` timed passes over all rounds (after `warm_up`)."""
+        for _ in range(passes):
+            for slot, (inputs, core) in enumerate(self.work):
+                dist.barrier()
+                started = self.now()
+                for _ in range(self.runs[slot]):
+                    self._run_once(inputs, core)
+                synchronize(self.device)
+                self.times[slot].append((self.now() - started) * 1e3 / self.runs[slot])
+            if on_pass is not None:
+                on_pass()
+
+    def _run_once(self, inputs: ShardInputs, core: AttentionCore) -> None:
+        self.model(inputs, core).backward()
+        self.model.zero_grad(set_to_none=True)
+
+
+def _validation_rank(rank: int, world_size: int, shape: ModelShape, dtype: str, rounds: Sequence[ValidationRound],
+                     settings: ValidationSettings, seed: int, progress: bool) -> list[list[float]]:
+    """World function of a standalone validation: this rank's pass times per round."""
+    runner = ValidationRunner(rank, shape, dtype, rounds, CommGroupPool(), torch.device("cpu"), seed, settings.clock)
+    bar = tqdm(total=settings.passes, desc="fcp validate", unit="pass", file=sys.stderr,
                disable=not progress or rank != 0)
-    for index in range(warmup + passes):
-        for slot, (inputs, core) in enumerate(work):
-            dist.barrier()
-            started = time.perf_counter()
-            for _ in range(runs_per_pass):
-                model(inputs, core).backward()
-                model.zero_grad(set_to_none=True)
-            synchronize(device)
-            elapsed = (time.perf_counter() - started) * 1e3 / runs_per_pass
-            if index >= warmup:
-                times[slot].append(elapsed)
-            bar.update()
+    runner.warm_up(settings.warmup, settings.window_ms)
+    runner.run(settings.passes, on_pass=bar.update)
     bar.close()
-    return times
+    return runner.times
 
 
-def validate(cost: CostModel, rounds: Sequence[ValidationRound], *, world_size: int, dtype: str = "fp32",
-             warmup: int = 2, passes: int = 15, runs_per_pass: int = 3, statistic: str = "median", seed: int = 0,
-             progress: bool = False, timeout_s: float = 900.0, nice: int | None = None) -> ValidationReport:
-    """Run every round on a fresh gloo world of `world_size` CPU processes; compare with `cost`."""
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic must be one of {list(STATISTICS)}, got {statistic!r}")
-    if passes < 1 or warmup < 0 or runs_per_pass < 1:
-        raise ValueError(f"passes and runs_per_pass must be >= 1 and warmup >= 0, got {passes}, {runs_per_pass} "
-                         f"and {warmup}")
-    _check_rounds(rounds, world_size, cost)
-    started, load_before = time.perf_counter(), load_average()
-    per_rank = run_world(_measure, world_size, cost.table.model, dtype, list(rounds), warmup, passes, runs_per_pass, seed,
-                         progress, timeout_s=timeout_s, nice=nice)
+def build_report(cost: CostModel, rounds: Sequence[ValidationRound], per_rank: Sequence[Sequence[Sequence[float]]],
+                 settings: ValidationSettings, seconds: float, load_before: tuple[float, float, float] | None,
+                 ) -> ValidationReport:
+    """Compare every group's measured passes (its slowest rank per pass) with the cost model."""
     cases = []
     for index, r in enumerate(rounds):
         for group in r.groups:
-            # A group's pass lasts as long as its slowest rank.
             slowest = np.max([per_rank[rank][index] for rank in group.ranks], axis=0)
-            measured = summarize(slowest.tolist(), statistic)
-            q1, q3 = np.percentile(slowest, [25, 75])
             predicted = float(cost.group_time_ms(cost.workload(list(group.lengths)), group.degree, group.algo))
-            cases.append(CaseResult(index, group, predicted, measured, float((q3 - q1) / np.median(slowest))))
-    return ValidationReport(tuple(cases), statistic, passes, time.perf_counter() - started, load_before,
-                            load_average())
+            cases.append(CaseResult(index, group, predicted, summarize(slowest.tolist(), settings.statistic),
+                                    tuple(slowest.tolist())))
+    return ValidationReport(tuple(cases), settings.statistic, settings.passes, seconds, load_before, load_average())
 
 
-def _check_rounds(rounds: Sequence[ValidationRound], world_size: int, cost: CostModel) -> None:
+def validate(cost: CostModel, rounds: Sequence[ValidationRound], *, world_size: int,
+             settings: ValidationSettings = ValidationSettings(), dtype: str = "fp32", seed: int = 0,
+             progress: bool = False, timeout_s: float = 900.0, nice: int | None = None) -> ValidationReport:
+    """Run every round on a fresh gloo world of `world_size` CPU processes; compare with `cost`.
+
+    The table behind `cost` was measured earlier: if the host's load changed since, so did its
+    speed (`fcp profile --validate` interleaves both to avoid that).
+    """
+    check_rounds(rounds, world_size, cost.table.model)
+    started, load_before = time.perf_counter(), load_average()
+    per_rank = run_world(_validation_rank, world_size, cost.table.model, dtype, list(rounds), settings, seed,
+                         progress, timeout_s=timeout_s, nice=nice)
+    return build_report(cost, rounds, per_rank, settings, time.perf_counter() - started, load_before)
+
+
+def check_rounds(rounds: Sequence[ValidationRound], world_size: int, shape: ModelShape) -> None:
+    """Raise ValueError unless every round covers the world with contiguous groups that can run."""
     if not rounds:
         raise ValueError("validation needs at least one round")
+    supported = ulysses_degrees(shape.heads, shape.kv_heads)
     for index, r in enumerate(rounds):
         covered = sorted(rank for g in r.groups for rank in g.ranks)
         if covered != list(range(world_size)):
             raise ValueError(f"round {index}: groups cover ranks {covered}, expected each of 0..{world_size - 1} once")
         for group in r.groups:
-            if group.algo not in cost.algos:
-                raise ValueError(f"round {index}: algo {group.algo!r} is not one of the cost model's {cost.algos}")
-            if group.algo == "ulysses" and not cost.ulysses_supported(group.degree):
-                raise ValueError(f"round {index}: ulysses cannot split the heads over degree {group.degree}")
+            if group.algo not in ALGOS:
+                raise ValueError(f"round {index}: unknown algo {group.algo!r}; valid: {list(ALGOS)}")
+            if group.algo == "ulysses" and group.degree not in supported:
+                raise ValueError(f"round {index}: ulysses cannot split {shape.heads} heads ({shape.kv_heads} kv heads) "
+                                 f"over degree {group.degree}")
             if list(group.ranks) != list(range(group.ranks[0], group.ranks[0] + group.degree)):
                 raise ValueError(f"round {index}: group ranks {list(group.ranks)} are not contiguous")
+            if not group.lengths or any(length <= 0 for length in group.lengths):
+                raise ValueError(f"round {index}: group {list(group.ranks)} needs positive document lengths, "
+                                 f"got {list(group.lengths)}")
