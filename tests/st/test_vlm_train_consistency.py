@@ -1,0 +1,127 @@
+"""System test: `fcp train` of the tiny Qwen3-VL-shaped model on 4 and 6 CPU processes reproduces the
+single-process reference.
+
+The example configuration `examples/qwen3vl/tiny_qwen3vl_fcp_cpu.yaml` trains 10 steps of 8 synthetic
+OpenVid-like video-caption samples. FCP runs on 4 and on 6 processes are each compared with one
+single-process, unsharded reference run (`fcp train --reference`) of the same model, data and seed:
+
+- per-step loss within 1e-5 relative (float32 everywhere);
+- parameters of the vision encoder, the merger and the decoder close after the last step (1e-4: the
+  float32 summation-order noise that Adam's m / sqrt(v) can amplify, see the text-only system test;
+  a wrong split, exchange or position id moves parameters by about lr = 1e-3 per step);
+- every sample trained exactly once per step, and every frame group encoded exactly once (the
+  patches the ranks encoded add up to each sample's patches);
+- the plans were made with the vision term (the recorded round times are those of the planner given
+  each sample's patches) and include groups of a non-power-of-two degree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mindspeed_mm.core.fcp.executor.config import load_run_config
+from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
+
+CONFIG = Path(__file__).resolve().parents[2] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
+TRAIN_ITERS = 10
+LOSS_RTOL = 1e-5
+PARAM_TOL = 1e-4
+RUN_TIMEOUT_S = 400
+RUNS = {"reference": None, "fcp4": 4, "fcp6": 6}
+
+
+def _train(output_dir: Path, nproc: int | None) -> str:
+    """Runs `fcp train` (under torchrun when `nproc` is given, else `--reference`); returns stdout."""
+    command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "train", str(CONFIG), "--cpu"]
+    command += ["--output-dir", str(output_dir)]
+    if nproc is None:
+        command.append("--reference")
+    else:
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, dict[str, torch.Tensor], str]]:
+    root = tmp_path_factory.mktemp("vlm_train")
+    out = {}
+    for name, nproc in RUNS.items():
+        stdout = _train(root / name, nproc)
+        result = json.loads((root / name / "result.json").read_text(encoding="utf-8"))
+        out[name] = (result, torch.load(root / name / "final_state.pt"), stdout)
+    return out
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_losses_and_parameters_match_the_reference(runs: dict, name: str) -> None:
+    reference, reference_params, _ = runs["reference"]
+    result, params, _ = runs[name]
+    assert len(result["steps"]) == len(reference["steps"]) == TRAIN_ITERS
+    for step, expected in zip(result["steps"], reference["steps"]):
+        assert step["sample_indices"] == expected["sample_indices"]
+        assert step["loss"] == pytest.approx(expected["loss"], rel=LOSS_RTOL), f"iteration {step['iteration']}"
+    assert params.keys() == reference_params.keys()
+    assert any(k.startswith("vision.blocks.") for k in params) and any(k.startswith("vision.merger.") for k in params)
+    assert any(k.startswith("decoder.decoder.layers.") for k in params)
+    for key, value in params.items():
+        torch.testing.assert_close(value, reference_params[key], rtol=PARAM_TOL, atol=PARAM_TOL, msg=key)
+    # the model did train, so the comparison is not between two untouched initialisations
+    assert reference["steps"][-1]["loss"] < reference["steps"][0]["loss"] - 0.1
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_every_sample_and_frame_group_trained_once_per_step(runs: dict, name: str) -> None:
+    reference = runs["reference"][0]
+    result = runs[name][0]
+    assert result["world_size"] == RUNS[name]
+    for step, expected in zip(result["steps"], reference["steps"]):
+        assert step["tokens_trained"] == step["lengths"] == expected["lengths"]
+        assert step["loss_tokens_trained"] == expected["loss_tokens_trained"]
+        assert step["groups_trained"] == [1] * len(step["lengths"])
+        assert step["vision_patches_trained"] == expected["vision_patches_trained"]
+        assert len(step["vision_patches_per_rank"]) == result["world_size"]
+        assert sum(step["vision_patches_per_rank"]) == sum(expected["vision_patches_trained"])
+        # the encoder work is spread: more than one rank encodes in every step
+        assert sum(1 for p in step["vision_patches_per_rank"] if p > 0) > 1
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_plans_include_the_vision_term_and_non_power_of_two_groups(runs: dict, name: str) -> None:
+    result = runs[name][0]
+    config = load_run_config(CONFIG)
+    sampler = PlanAwareSampler(build_video_dataset(config), config.training.global_batch_size, TRAIN_ITERS)
+    planner = BatchPlanner.from_config(config, result["world_size"])
+    for index, step in enumerate(result["steps"]):
+        patches = sampler.batch_patches(index)
+        assert patches is not None
+        planned = planner.plan(sampler.batch_lengths(index), patches)
+        assert step["plan_digest"] == planned.digest()
+        assert step["predicted_round_ms"] == pytest.approx([r.predicted_ms for r in planned.rounds], rel=1e-9)
+        text_only = planner.plan(sampler.batch_lengths(index))
+        assert text_only.predicted_ms < planned.predicted_ms
+    degrees = {d for step in result["steps"] for round_degrees in step["round_degrees"] for d in round_degrees}
+    assert any(d > 2 and d & (d - 1) for d in degrees), degrees
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_megatron_style_log_lines(runs: dict, name: str) -> None:
+    stdout = runs[name][2]
+    iterations = re.findall(
+        r"iteration\s+(\d+)/\s*10 \|.*elapsed time per iteration \(ms\): [\d.]+ \|.* lm loss: ([\d.E+-]+) \|", stdout
+    )
+    assert [int(i) for i, _ in iterations] == list(range(1, TRAIN_ITERS + 1))
