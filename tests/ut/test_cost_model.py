@@ -229,6 +229,65 @@ def test_best_time_with_one_algo() -> None:
     assert not index.any()
 
 
+def _random_workloads(model: CostModel, rng: np.random.Generator, count: int) -> list[GroupWorkload]:
+    out = []
+    for _ in range(count):
+        size = int(rng.integers(1, 6))
+        lengths = [int(x) for x in rng.integers(1, 90000, size=size)]
+        out.append(model.workload(lengths, [int(x) for x in rng.integers(0, 4 * 90000, size=size)]))
+    return out
+
+
+@pytest.mark.parametrize("algos", [ALGOS, ("ulysses", "ring"), ("ring",), ("ulysses",)])
+def test_best_time_table_equals_best_time_ms_row_by_row(algos: tuple[str, ...]) -> None:
+    model = CostModel.from_preset("a3-qwen3vl-8b", algos=algos)
+    rng = np.random.default_rng(1)
+    workloads = _random_workloads(model, rng, 40)
+    degrees = rng.integers(1, 80, size=(40, 23))   # unsorted rows, repeats, across nodes, memory-infeasible ones
+    times, index = model.best_time_table(workloads, degrees)
+    assert times.shape == index.shape == degrees.shape
+    assert np.isinf(times).any() and np.isfinite(times).any()
+    for k, work in enumerate(workloads):
+        row_times, row_index = model.best_time_ms(work, degrees[k])
+        np.testing.assert_array_equal(times[k], row_times)
+        np.testing.assert_array_equal(index[k], row_index)
+        each = np.stack([np.broadcast_to(model.group_time_ms(work, degrees[k], a), degrees[k].shape)
+                         for a in algos])
+        np.testing.assert_array_equal(times[k], each.min(axis=0))
+        finite = np.isfinite(row_times)
+        np.testing.assert_array_equal(row_index[finite], each.argmin(axis=0)[finite])
+
+
+def test_best_time_table_with_measured_grids() -> None:
+    doc = toy_doc("full")
+    for kind in ("p2p_ms", "all_to_all_ms"):
+        for grid in doc["time"][kind].values():
+            grid["y"] = [y * (1.0 + 0.5 / (1 + i)) for i, y in enumerate(grid["y"])]
+            grid["y"] = [max(grid["y"][: i + 1]) for i in range(len(grid["y"]))]
+    model = CostModel(ProfileTable.from_dict(doc))
+    workloads = [model.workload(lengths) for lengths in BATCHES]
+    degrees = np.array([[1, 2, 3, 4, 5, 8, 9]] * len(workloads))
+    times, index = model.best_time_table(workloads, degrees)
+    for k, lengths in enumerate(BATCHES):
+        for j, d in enumerate(degrees[k]):
+            expected = min(model.group_time_ms(workloads[k], int(d), a) for a in ALGOS)
+            assert times[k, j] == pytest.approx(expected, rel=1e-12)
+            assert model.group_time_ms(workloads[k], int(d), ALGOS[index[k, j]]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_best_time_table_bad_input() -> None:
+    model = toy_model()
+    work = [model.workload([10]), model.workload([20])]
+    with pytest.raises(ValueError, match="degrees must be a 2-D int array"):
+        model.best_time_table(work, np.array([1, 2]))
+    with pytest.raises(ValueError, match="degrees must be a 2-D int array"):
+        model.best_time_table(work, np.ones((2, 2)))
+    with pytest.raises(ValueError, match="degrees has 3 rows for 2 workloads"):
+        model.best_time_table(work, np.ones((3, 2), dtype=np.int64))
+    with pytest.raises(ValueError, match="degrees must be >= 1, got 0"):
+        model.best_time_table(work, np.array([[1, 0], [1, 1]]))
+
+
 def test_mutating_the_callers_degree_array_is_safe() -> None:
     model = CostModel.from_preset("a3-qwen3vl-8b")
     work = model.workload([5000, 6000])

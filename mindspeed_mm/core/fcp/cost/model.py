@@ -15,7 +15,6 @@ padding to 2d chunks is ignored), so a group of degree d can hold d x capacity_t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,15 +22,12 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
 from mindspeed_mm.core.fcp.cost.presets import preset_table
-from mindspeed_mm.core.fcp.cost.ring import RingDegreeTerms, RingTimer
+from mindspeed_mm.core.fcp.cost.ring import RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
-from mindspeed_mm.core.fcp.cost.workload import GroupWorkload
+from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
 ALGOS = ("ring", "ulysses")
-
-# Degree vectors remembered; solvers typically query one or a few vectors millions of times.
-_DEGREE_CACHE_SIZE = 32
 
 
 class ModelDoesNotFitError(ValueError):
@@ -51,7 +47,8 @@ class CostModel:
         self.table = table
         """The profile table every figure comes from."""
         self.algos: tuple[str, ...] = algos
-        """Algos the model may choose from, in order (best_time_ms returns indices into it)."""
+        """Algos the model may choose from, in order (best_time_ms returns indices into it; on equal
+        times the earlier one wins)."""
         self.ranks_per_node: int = table.hardware.ranks_per_node
         """Ranks per node; a group of more ranks spans nodes."""
         self.capacity_tokens: int = self._capacity(max_tokens_per_rank)
@@ -63,8 +60,6 @@ class CostModel:
         self._ring = RingTimer(self.coefficients, CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers))
         self._ulysses = UlyssesTimer(self.coefficients,
                                      CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms, layers))
-        self._ulysses_index = algos.index("ulysses") if "ulysses" in algos else -1
-        self._degree_cache: dict[bytes, _DegreeTerms] = {}
 
     @classmethod
     def from_preset(cls, name: str, *, max_tokens_per_rank: int | None = None,
@@ -145,78 +140,66 @@ class CostModel:
         the degree is infeasible (memory, or Ulysses head divisibility). Cost O(len(degrees)),
         independent of the number of documents.
         """
-        terms, scalar = self._terms(degrees)
-        if algo == "ring":
-            out = self._ring.times(workload, terms.ring)
-        elif algo == "ulysses":
-            out = np.full(terms.degrees.shape, np.inf)
-            if terms.ulysses_where.size:
-                out[terms.ulysses_where] = self._ulysses.supported_times(workload)[terms.ulysses_slots]
-        else:
+        if algo not in ALGOS:
             raise ValueError(f"unknown algo {algo!r}; valid: {list(ALGOS)}")
-        self._mask_memory(workload, terms, out)
-        return float(out[0]) if scalar else out
+        d_int, scalar = _degree_vector(degrees)
+        columns = WorkloadColumns.stack([workload])
+        d_row = d_int[None, :]
+        out = self._algo_times(columns, d_row, algo)
+        self._mask_memory(columns, d_row, out)
+        return float(out[0, 0]) if scalar else out[0]
 
     def best_time_ms(self, workload: GroupWorkload, degrees: Any) -> tuple[np.ndarray, np.ndarray]:
         """Min over `self.algos` of group_time_ms: (times, index into self.algos), 1-D arrays."""
-        terms, _ = self._terms(degrees)
-        index = np.zeros(terms.degrees.shape, dtype=np.int64)
-        if "ring" in self.algos:
-            best = self._ring.times(workload, terms.ring)
-        else:
-            best = np.full(terms.degrees.shape, np.inf)
-        if self._ulysses_index >= 0 and terms.ulysses_where.size:
-            uly = self._ulysses.supported_times(workload)[terms.ulysses_slots]
-            better = uly < best[terms.ulysses_where]
-            where = terms.ulysses_where[better]
-            best[where] = uly[better]
-            index[where] = self._ulysses_index
-        self._mask_memory(workload, terms, best)
+        d_int, _ = _degree_vector(degrees)
+        times, index = self.best_time_table([workload], d_int[None, :])
+        return times[0], index[0]
+
+    def best_time_table(self, workloads: Sequence[GroupWorkload] | WorkloadColumns,
+                        degrees: Any) -> tuple[np.ndarray, np.ndarray]:
+        """`best_time_ms` of many workloads at once: row k of `degrees` (an int [K, W] matrix) holds
+        the degrees of workload k; returns (times [K, W], index into self.algos [K, W]).
+
+        Fully vectorised: the workloads' aggregates are stacked into columns and every term of the
+        time model is evaluated on the whole matrix (one pass per algo).
+        """
+        columns = workloads if isinstance(workloads, WorkloadColumns) else WorkloadColumns.stack(workloads)
+        d_int = np.asarray(degrees)
+        if d_int.ndim != 2 or d_int.dtype.kind not in "iu":
+            raise ValueError(f"degrees must be a 2-D int array, got {d_int.dtype} of shape {d_int.shape}")
+        if d_int.shape[0] != columns.total_tokens.shape[0]:
+            raise ValueError(f"degrees has {d_int.shape[0]} rows for {columns.total_tokens.shape[0]} workloads")
+        if d_int.size and d_int.min() < 1:
+            raise ValueError(f"degrees must be >= 1, got {int(d_int.min())}")
+        best = self._algo_times(columns, d_int, self.algos[0])
+        index = np.zeros(d_int.shape, dtype=np.int64)
+        for k, algo in enumerate(self.algos[1:], start=1):
+            times = self._algo_times(columns, d_int, algo)
+            better = times < best
+            np.copyto(best, times, where=better)
+            index[better] = k
+        self._mask_memory(columns, d_int, best)
         return best, index
 
-    def _mask_memory(self, workload: GroupWorkload, terms: "_DegreeTerms", times: np.ndarray) -> None:
-        """Set inf where the group's ranks cannot hold the batch."""
-        need = self.min_degree(workload.total_tokens)
-        if need > terms.smallest:
-            times[terms.degrees < need] = np.inf
+    def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str) -> np.ndarray:
+        """Times [K, W] of one algo, memory not checked."""
+        if algo == "ring":
+            return self._ring.times(columns, self._ring.terms(d_int))
+        return self._ulysses.times(columns, d_int)
 
-    def _terms(self, degrees: Any) -> tuple["_DegreeTerms", bool]:
-        """Checked, cached workload-independent arrays of a degree vector (and whether it was a scalar)."""
-        d_int = np.asarray(degrees)
-        scalar = d_int.ndim == 0
-        if scalar:
-            d_int = d_int.reshape(1)
-        if d_int.ndim != 1 or d_int.dtype.kind not in "iu":
-            raise ValueError(f"degrees must be an int or a 1-D int array, got {d_int.dtype} of shape {d_int.shape}")
-        if d_int.dtype != np.int64:
-            d_int = d_int.astype(np.int64)
-        key = d_int.tobytes()
-        terms = self._degree_cache.get(key)
-        if terms is None:
-            if d_int.size and d_int.min() < 1:
-                raise ValueError(f"degrees must be >= 1, got {int(d_int.min())}")
-            d_int = d_int.copy()   # the cache must not see later changes of the caller's array
-            where, slots = self._ulysses.positions(d_int)
-            smallest = int(d_int.min()) if d_int.size else 1
-            terms = _DegreeTerms(d_int, smallest, self._ring.terms(d_int), where, slots)
-            if len(self._degree_cache) >= _DEGREE_CACHE_SIZE:
-                # Start afresh (rebinding is atomic, so a planner thread sharing the model stays safe).
-                self._degree_cache = {}
-            self._degree_cache[key] = terms
-        return terms, scalar
+    def _mask_memory(self, columns: WorkloadColumns, d_int: np.ndarray, times: np.ndarray) -> None:
+        """Set inf where the group's ranks cannot hold the batch (d x capacity < tokens)."""
+        times[d_int * float(self.capacity_tokens) < columns.total_tokens] = np.inf
 
 
-@dataclass(frozen=True)
-class _DegreeTerms:
-    """Workload-independent arrays of one degree vector, cached across calls."""
-
-    degrees: np.ndarray
-    """The degrees (a private copy)."""
-    smallest: int
-    """Smallest degree."""
-    ring: RingDegreeTerms
-    """Arrays of the ring time."""
-    ulysses_where: np.ndarray
-    """Indices of the degrees Ulysses supports."""
-    ulysses_slots: np.ndarray
-    """Their positions among the Ulysses timer's degrees."""
+def _degree_vector(degrees: Any) -> tuple[np.ndarray, bool]:
+    """Checked int64 vector of degrees (and whether they came as a scalar)."""
+    d_int = np.asarray(degrees)
+    scalar = d_int.ndim == 0
+    if scalar:
+        d_int = d_int.reshape(1)
+    if d_int.ndim != 1 or d_int.dtype.kind not in "iu":
+        raise ValueError(f"degrees must be an int or a 1-D int array, got {d_int.dtype} of shape {d_int.shape}")
+    if d_int.size and d_int.min() < 1:
+        raise ValueError(f"degrees must be >= 1, got {int(d_int.min())}")
+    return d_int.astype(np.int64, copy=False), scalar

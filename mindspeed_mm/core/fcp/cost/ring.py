@@ -18,13 +18,12 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
-from mindspeed_mm.core.fcp.cost.workload import GroupWorkload
-
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 
 
 @dataclass(frozen=True)
 class RingDegreeTerms:
-    """Workload-independent arrays of one degree vector."""
+    """Workload-independent arrays of a degree array (any shape)."""
 
     inv: np.ndarray
     """1 / d."""
@@ -46,7 +45,7 @@ class RingTimer:
         self._p2p = p2p
 
     def terms(self, d_int: np.ndarray) -> RingDegreeTerms:
-        """The workload-independent arrays of a degree vector (callers cache them)."""
+        """The workload-independent arrays of a degree array."""
         d = d_int.astype(np.float64)
         inv = 1.0 / d
         spans = d > self._c.ranks_per_node
@@ -57,15 +56,16 @@ class RingTimer:
             slope = np.where(spans, b_out, b_in) * inv
         return RingDegreeTerms(inv, d - 1.0, spans, base, slope)
 
-    def times(self, w: GroupWorkload, t: RingDegreeTerms) -> np.ndarray:
-        """Forward + backward time (ms) of `w` at each degree of `t` (memory not checked)."""
+    def times(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
+        """Forward + backward time (ms) [K, W] of workload k at degree [k, w] of `t` (memory not
+        checked)."""
         c = self._c
         # One step's block compute (forward + backward): alpha sum(s^2)/d^2 + beta T/d + gamma n.
         step = t.inv * (c.alpha * w.sum_sq_tokens)
         step += c.beta * w.total_tokens
         step *= t.inv
         step += c.gamma * w.num_docs
-        kv = float(c.kv_bytes_per_token * w.total_tokens)
+        kv = c.kv_bytes_per_token * w.total_tokens
         if t.p2p_base is not None and t.p2p_slope_inv is not None:
             p_fwd = t.p2p_slope_inv * kv
             p_bwd = p_fwd * 2.0
@@ -87,7 +87,7 @@ class RingTimer:
         step += p_fwd
         return step
 
-    def _block(self, w: GroupWorkload, t: RingDegreeTerms) -> np.ndarray:
+    def _block(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
         """Compute (forward + backward) of one off-diagonal step: alpha' sum(s^2)/d^2 + beta' T/d + gamma' n."""
         alpha, beta, gamma = self._c.off_diagonal
         block = t.inv * (alpha * w.sum_sq_tokens)

@@ -13,7 +13,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
-from mindspeed_mm.core.fcp.cost.workload import GroupWorkload
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 
 
 def ulysses_degrees(heads: int, kv_heads: int) -> list[int]:
@@ -62,16 +62,21 @@ class UlyssesTimer:
         """Whether Ulysses runs on `degree` ranks."""
         return 1 <= degree < len(self._slot) - 1 and self._slot[degree] >= 0
 
-    def positions(self, d_int: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(indices into d_int of supported degrees, their slots in self.degrees)."""
+    def times(self, w: WorkloadColumns, d_int: np.ndarray) -> np.ndarray:
+        """Forward + backward time (ms) [K, W] of workload k on d_int[k, w] ranks, inf where Ulysses
+        does not run (memory not checked)."""
         slots = np.take(self._slot, d_int, mode="clip")
-        where = np.flatnonzero(slots >= 0)
-        return where, slots[where]
+        unsupported = slots < 0
+        rows = np.arange(d_int.shape[0])[:, None]
+        out = self.supported_times(w)[rows, np.maximum(slots, 0)]
+        out[unsupported] = np.inf
+        return out
 
-    def supported_times(self, w: GroupWorkload) -> np.ndarray:
-        """Forward + backward time (ms) of `w` at every supported degree (memory not checked)."""
+    def supported_times(self, w: WorkloadColumns) -> np.ndarray:
+        """Forward + backward time (ms) [K, len(self.degrees)] of each workload at every supported
+        degree (memory not checked)."""
         c = self._c
-        tokens = float(w.total_tokens)
+        tokens = w.total_tokens
         if self._affine is not None:
             a_in, b_in, a_out, b_out = self._affine
             msgs = np.maximum(a_in + b_in * tokens, a_out + b_out * tokens)
@@ -83,7 +88,7 @@ class UlyssesTimer:
         scaled = (c.attention_passes_scale * (c.alpha * w.sum_sq_tokens + c.beta * tokens)
                   + c.per_token_ms * tokens + c.per_patch_ms * w.vision_patches)
         out = self._inv * scaled
-        out += msgs[:half]
-        out += msgs[half:]
+        out += msgs[:, :half]
+        out += msgs[:, half:]
         out += c.attention_passes_scale * c.gamma * w.num_docs + c.launch_ms
         return out
