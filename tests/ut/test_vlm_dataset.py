@@ -64,7 +64,9 @@ def test_patches_are_cut_in_merge_window_order() -> None:
     merge, patch, rows, cols = 2, 3, 2, 3
     height, width = rows * merge * patch, cols * merge * patch
     # pixel value encodes (time, channel, y, x)
-    t, c, y, x = torch.meshgrid(torch.arange(2), torch.arange(3), torch.arange(height), torch.arange(width), indexing="ij")
+    t, c, y, x = torch.meshgrid(
+        torch.arange(2), torch.arange(3), torch.arange(height), torch.arange(width), indexing="ij"
+    )
     frames = (t * 1_000_000 + c * 10_000 + y * 100 + x).to(torch.float64)
     patches = patchify_frames(frames, merge, patch)
     patch_rows, patch_cols = patch_grid_positions(rows, cols, merge)

@@ -95,6 +95,7 @@ def test_rotary_reads_the_shard_ids_from_the_packed_params() -> None:
     with pytest.raises(ValueError, match=r"must be \[3, 3\]"):
         mrope.get_rotary_seq_len(None, None, torch.zeros(3, 1, 8), None, params)
     with pytest.raises(ValueError, match="needs MRopePackedSeqParams"):
-        mrope.get_rotary_seq_len(None, None, torch.zeros(2, 1, 8), None, FCPPackedSeqParams(position_ids=torch.arange(2)))
+        text_params = FCPPackedSeqParams(position_ids=torch.arange(2))
+        mrope.get_rotary_seq_len(None, None, torch.zeros(2, 1, 8), None, text_params)
     with pytest.raises(ValueError, match="must sum to kv_channels / 2"):
         ShardMRotaryEmbedding(16, 10000, (4, 4, 2))

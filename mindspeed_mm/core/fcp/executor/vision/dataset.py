@@ -143,7 +143,9 @@ class VideoCaptionDataset:
         if num_samples <= 0:
             raise ValueError(f"num_samples must be positive, got {num_samples}")
         if vocab_size < 2:
-            raise ValueError(f"vocab_size must leave text ids besides the vision id {VISION_TOKEN_ID}, got {vocab_size}")
+            raise ValueError(
+                f"vocab_size must leave text ids besides the vision id {VISION_TOKEN_ID}, got {vocab_size}"
+            )
         blocks = [generate_samples(data.dataset, LENGTH_BLOCK, block_seed(data.seed, b))
                   for b in range(math.ceil(num_samples / LENGTH_BLOCK))]
         self._layouts = video_layouts(_first_samples(blocks, num_samples), video, vision.spatial_merge_size, seq_length)

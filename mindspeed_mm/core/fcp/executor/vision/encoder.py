@@ -95,7 +95,7 @@ class WindowCoreAttention(MegatronModule):
 
 
 def vision_rotary_angles(patch_rows: torch.Tensor, patch_cols: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """`[patches, 1, head_dim]` 2D rotary angles: the first half of the frequencies rotate by row, the rest by column."""
+    """`[patches, 1, head_dim]` 2D rotary angles: half of the frequencies rotate by row, the rest by column."""
     quarter = head_dim // 4
     inv_freq = 1.0 / _ROTARY_BASE ** (torch.arange(quarter, dtype=torch.float32) / quarter)
     freqs = torch.cat(
@@ -179,7 +179,9 @@ class FrameBatch:
         rows, cols = [], []
         for group, layout in zip(patches, layouts):
             if group.shape[0] != layout.patches_per_group:
-                raise ValueError(f"a frame group of this layout has {layout.patches_per_group} patches, got {group.shape[0]}")
+                raise ValueError(
+                    f"a frame group of this layout has {layout.patches_per_group} patches, got {group.shape[0]}"
+                )
             r, c = patch_grid_positions(layout.grid_rows, layout.grid_cols, layout.spatial_merge_size)
             rows.append(r)
             cols.append(c)
@@ -218,9 +220,8 @@ class VisionEncoder(MegatronModule):
         """`[patches / merge^2, out_hidden]` merged tokens of `frames`, frame group after frame group."""
         hidden = self.patch_embed(frames.patches).unsqueeze(1)  # [patches, b=1, vision hidden]
         rotary = vision_rotary_angles(frames.patch_rows, frames.patch_cols, self.vision.head_dim).to(hidden.device)
-        hidden = self.blocks(
-            hidden, attention_mask=None, rotary_pos_emb=rotary, packed_seq_params=WindowPackedSeqParams(windows=frames.windows)
-        )
+        windows = WindowPackedSeqParams(windows=frames.windows)
+        hidden = self.blocks(hidden, attention_mask=None, rotary_pos_emb=rotary, packed_seq_params=windows)
         # [patches, 1, vision hidden] -> [patches / merge^2, 1, merge^2 * vision hidden]
         merged = hidden.reshape(-1, 1, self.vision.patches_per_token * self.vision.hidden_size)
         return self.merger(merged).squeeze(1)

@@ -85,7 +85,9 @@ class _AllToAllRows(torch.autograd.Function):
         return _all_to_all(grad, recv_splits, send_splits, ctx.group), None, None, None
 
 
-def _all_to_all(rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: dist.ProcessGroup) -> torch.Tensor:
+def _all_to_all(
+    rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: dist.ProcessGroup
+) -> torch.Tensor:
     # [sum(send_splits), hidden] -> [sum(recv_splits), hidden]
     out = rows.new_empty((sum(recv_splits), *rows.shape[1:]))
     dist.all_to_all_single(

@@ -121,4 +121,5 @@ def split_group_vision(
     zigzag = zigzag_layout(cu_seqlens, degree)
     units = frame_units(layouts, sample_indices, cu_seqlens[:-1].tolist())
     holders = token_holders(zigzag)
-    return GroupVisionWork(zigzag=zigzag, units=units, owners=assign_frame_units(units, degree, holders), holders=holders)
+    owners = assign_frame_units(units, degree, holders)
+    return GroupVisionWork(zigzag=zigzag, units=units, owners=owners, holders=holders)

@@ -51,7 +51,8 @@ def build_vlm_model(
 ) -> VisionLanguageModel:
     """The VLM with `core_attention` in the decoder; the same seed gives the same weights."""
     decoder = build_gpt_model(model, seed, core_attention=core_attention)
-    decoder.rotary_pos_emb = ShardMRotaryEmbedding(model.head_dim, model.rotary_base, vision.mrope_sections(model.head_dim))
+    sections = vision.mrope_sections(model.head_dim)
+    decoder.rotary_pos_emb = ShardMRotaryEmbedding(model.head_dim, model.rotary_base, sections)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + VISION_SEED_OFFSET)
         encoder = VisionEncoder(vision, model.hidden_size, model.init_method_std)
