@@ -7,7 +7,6 @@ from typing import Protocol, Sequence
 
 import torch
 import torch.distributed as dist
-from megatron.core.models.gpt.gpt_model import GPTModel
 
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
@@ -101,7 +100,7 @@ class RoundRunner:
     """Runs every round of a plan on one rank and accumulates the gradients of the global batch."""
 
     def __init__(
-        self, model: GPTModel, sampler: PlanAwareSampler, groups: GroupProvider, rank: int, device: torch.device
+        self, model: torch.nn.Module, sampler: PlanAwareSampler, groups: GroupProvider, rank: int, device: torch.device
     ) -> None:
         self.model = model
         self.sampler = sampler

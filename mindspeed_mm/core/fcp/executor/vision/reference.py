@@ -29,7 +29,7 @@ def sample_token_losses(model: VisionLanguageModel, dataset: VideoCaptionDataset
         sample.tokens.unsqueeze(0),
         sample.labels.unsqueeze(0),
         vision_tokens,
-        torch.arange(layout.vision_start, layout.caption_start, dtype=torch.int64),
+        torch.nonzero(sample.vision_mask).reshape(-1),
         MRopePackedSeqParams(
             cu_seqlens=torch.tensor([0, sample.length], dtype=torch.int64),
             position_ids=torch.arange(sample.length, dtype=torch.int64),

@@ -27,8 +27,6 @@ class VLMShardBatch:
     """`[t]` float32, 1 where the token's loss counts."""
     sample_ids: torch.Tensor
     """`[t]` int64 dataset index of the sample each token belongs to."""
-    vision_mask: torch.Tensor
-    """`[t]` bool, True at vision tokens."""
     packed_seq_params: MRopePackedSeqParams
     """Group, algorithm, packed layout and the shard's 3D position ids."""
     units: tuple[FrameUnit, ...]
@@ -57,17 +55,15 @@ def build_vlm_shard_batch(
     """Packs `samples` in order, keeps group rank `rank_in_group`'s zigzag shard and plans the vision work.
 
     Text fields come from `build_shard_batch` (including its loss-free padding document when the group
-    holds fewer tokens than ranks); the 3D position ids and vision mask are built for the whole packed
-    batch and sharded the same way.
+    holds fewer tokens than ranks); the 3D position ids are built for the whole packed batch and
+    sharded the same way.
     """
     text = build_shard_batch(samples, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo)
     cu_seqlens = text.packed_seq_params.cu_seqlens
     padding = int(cu_seqlens[-1]) - sum(s.length for s in samples)
     mrope = [s.mrope_position_ids for s in samples]
-    vision = [s.vision_mask for s in samples]
     if padding:
         mrope.append(torch.arange(padding, dtype=torch.int64).unsqueeze(1).expand(-1, 3))
-        vision.append(torch.zeros(padding, dtype=torch.bool))
 
     # Packs exactly as build_shard_batch does (same padding rule), so units index the same packed batch.
     work = split_group_vision([s.layout for s in samples], [s.index for s in samples], degree)
@@ -77,7 +73,6 @@ def build_vlm_shard_batch(
         labels=text.labels,
         loss_mask=text.loss_mask,
         sample_ids=text.sample_ids,
-        vision_mask=zigzag_shard(torch.cat(vision), cu_seqlens, rank_in_group, degree),
         packed_seq_params=MRopePackedSeqParams(
             cu_seqlens=params.cu_seqlens,
             position_ids=params.position_ids,

@@ -27,18 +27,18 @@ class VLMRoundRunner(RoundRunner):
     ) -> None:
         if not isinstance(sampler.dataset, VideoCaptionDataset):
             raise TypeError(f"VLMRoundRunner needs a VideoCaptionDataset, got {type(sampler.dataset).__name__}")
-        super().__init__(model, sampler, groups, rank, device)  # type: ignore[arg-type]
+        super().__init__(model, sampler, groups, rank, device)
         self.vlm = model
         self.videos = sampler.dataset
 
     def forward_round(self, rank_round: RankRound, process_group: dist.ProcessGroup | None) -> RoundForward:
         """Loads the group's text and this rank's frame groups, encodes, exchanges, runs the decoder."""
         group = rank_round.group
-        samples = self.sampler.load(rank_round)
-        if not all(isinstance(s, VideoSample) for s in samples):
+        samples = [s for s in self.sampler.load(rank_round) if isinstance(s, VideoSample)]
+        if len(samples) != len(rank_round.sample_indices):
             raise TypeError("VLMRoundRunner loads VideoSample items only")
         batch = build_vlm_shard_batch(
-            samples,  # type: ignore[arg-type]
+            samples,
             rank_in_group=rank_round.rank_in_group,
             degree=group.degree,
             group=process_group,
