@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distributed_utils import run_distributed
-from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_unshard
+from mindspeed_mm.core.fcp.parallel import contiguous_rank_ranges, zigzag_positions, zigzag_unshard
 from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
 from mindspeed_mm.features_manager.fcp.adapters.batch import shard_batch_for_round
 from mindspeed_mm.features_manager.fcp.adapters.schedule import fcp_forward_backward
@@ -17,7 +17,6 @@ from mindspeed_mm.features_manager.fcp.runtime import (
     FCPRuntime,
     FCPRuntimeError,
     FCPRuntimeSettings,
-    contiguous_groups,
     rounds_of_rank,
 )
 
@@ -79,8 +78,8 @@ def test_plan_for_another_plane_size_is_refused() -> None:
         rounds_of_rank(PLAN_4, FCPRankLayout(planes=((0, 1),), rank=0))
 
 
-def test_contiguous_groups() -> None:
-    assert contiguous_groups(4, 3) == [(0, 1), (1, 2), (2, 3), (0, 1, 2), (1, 2, 3)]
+def test_contiguous_rank_ranges() -> None:
+    assert contiguous_rank_ranges(4, 3) == [(0, 1), (1, 2), (2, 3), (0, 1, 2), (1, 2, 3)]
 
 
 def test_settings_name_bad_values() -> None:

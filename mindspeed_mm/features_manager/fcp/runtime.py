@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from mindspeed_mm.core.fcp.executor.group_cache import PlanGroupCache
+from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.solver import Plan
 
 from .fcp_feature import GROUP_POOL_POLICIES
@@ -112,15 +112,6 @@ def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
     return rounds
 
 
-def contiguous_groups(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
-    """Every contiguous range of 2..max_degree FCP ranks: the groups a plan can use."""
-    return [
-        tuple(range(first, first + degree))
-        for degree in range(2, max_degree + 1)
-        for first in range(0, num_ranks - degree + 1)
-    ]
-
-
 @dataclass(frozen=True)
 class FCPRuntimeSettings:
     """The options of the run that the patches need."""
@@ -147,7 +138,7 @@ class FCPRuntime:
     def __init__(self, settings: FCPRuntimeSettings | None = None) -> None:
         self.settings = settings or FCPRuntimeSettings()
         self.layout: FCPRankLayout | None = None
-        self.groups = PlanGroupCache()
+        self.groups: CommGroupPool | None = None
         self.plan_source: PlanSource | None = None
         self._rounds: list[FCPRound] | None = None
         self._next_round = 0
@@ -156,14 +147,16 @@ class FCPRuntime:
     def set_layout(self, layout: FCPRankLayout) -> None:
         """Records the FCP planes; with the `prewarm` policy also creates every group (collective)."""
         self.layout = layout
+        self.groups = None
         logger.info(
             "FCP: rank %d is FCP rank %d of %d (%d plane(s))",
             layout.rank, layout.fcp_rank, layout.num_fcp_ranks, len(layout.planes),
         )
         if self.settings.group_pool == "prewarm":
-            limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
-            created = self.groups.create(self._in_every_plane(contiguous_groups(layout.num_fcp_ranks, limit)))
-            logger.info("FCP: prewarmed %d process groups; this rank holds %d", created, self.groups.num_communicators)
+            pool = self._pool()
+            pool.prewarm(self._candidate_groups())
+            logger.info("FCP: prewarmed %d process groups; this rank holds %d", pool.num_created,
+                        pool.num_communicators)
 
     def require_layout(self) -> FCPRankLayout:
         """The recorded layout; raises when Megatron's model-parallel initialisation has not run."""
@@ -193,7 +186,7 @@ class FCPRuntime:
             plan = self.plan_source()
         rounds = rounds_of_rank(plan, layout)
         candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
-        self.groups.create(self._in_every_plane(candidates))
+        self._pool().prewarm(self._in_every_plane(candidates))
         self._rounds = rounds
         self._next_round = 0
         return rounds
@@ -236,7 +229,21 @@ class FCPRuntime:
 
     def process_group(self, fcp_round: FCPRound) -> dist.ProcessGroup | None:
         """The CP group of `fcp_round` (None for a group of one rank)."""
-        return self.groups.get(fcp_round.group_ranks) if fcp_round.degree > 1 else None
+        if fcp_round.degree == 1:
+            return None
+        return self._pool().get(fcp_round.group_ranks)
+
+    def _candidate_groups(self) -> list[tuple[int, ...]]:
+        """Every multi-rank group a plan can use, in every plane."""
+        layout = self.require_layout()
+        limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
+        return self._in_every_plane(contiguous_rank_ranges(layout.num_fcp_ranks, limit))
+
+    def _pool(self) -> CommGroupPool:
+        """The group pool, bounded by the number of groups plans can use (created on first need)."""
+        if self.groups is None:
+            self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups())))
+        return self.groups
 
     def _in_every_plane(self, fcp_groups: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
         """Global-rank groups of `fcp_groups` in every plane, in one order identical on all ranks."""

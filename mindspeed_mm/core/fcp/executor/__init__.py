@@ -2,7 +2,7 @@
 
 Modules: `config` (run YAML), `dataset` and `sampler` (synthetic data, plan-aware sample loading),
 `planning` and `async_planner` (which planner, one step ahead), `plan_check` (same executable plan on
-all ranks), `group_cache` (process groups of the plans), `packed_seq`, `rotary`, `attention` and
+all ranks), `packed_seq`, `rotary`, `attention` and
 `model` (megatron-core integration), `round_batch` and `runner` (one rank's rounds), `grad_sync`,
 `trainer` (the training loop), `reference` (single-process reference), `results`, `log_format`,
 `memory`, `distributed`, `optimizer`. Import the submodules directly: this package imports nothing,

@@ -32,7 +32,7 @@ from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
-from mindspeed_mm.core.fcp.parallel import CommGroupPool
+from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class Trainer:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
         limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
-        candidates = _contiguous_groups(context.world_size, limit)
+        candidates = contiguous_rank_ranges(context.world_size, limit)
         self.groups = CommGroupPool(max_communicators=max(1, len(candidates)))
         if config.fcp.group_pool == "prewarm":
             self.groups.prewarm(candidates)
@@ -260,12 +260,3 @@ class Trainer:
 def multi_rank_groups(plan: Plan) -> list[tuple[int, ...]]:
     """The rank tuples of the plan's groups that communicate (degree 1 runs local attention)."""
     return [group.ranks for round_plan in plan.rounds for group in round_plan.groups if group.degree > 1]
-
-
-def _contiguous_groups(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
-    """Every contiguous rank range of 2..max_degree ranks: the groups a plan can use."""
-    return [
-        tuple(range(first, first + degree))
-        for degree in range(2, max_degree + 1)
-        for first in range(0, num_ranks - degree + 1)
-    ]

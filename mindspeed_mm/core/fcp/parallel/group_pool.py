@@ -24,6 +24,15 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_COMMUNICATORS = 256
 
 
+def contiguous_rank_ranges(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
+    """Every contiguous range of 2..max_degree of ``num_ranks`` ranks: the multi-rank groups a plan can use."""
+    return [
+        tuple(range(first, first + degree))
+        for degree in range(2, max_degree + 1)
+        for first in range(0, num_ranks - degree + 1)
+    ]
+
+
 class CommGroupPoolFullError(RuntimeError):
     """Creating the requested groups would exceed the pool's ``max_communicators``."""
 
@@ -78,6 +87,9 @@ class CommGroupPool:
 
         Returns how many new groups this process became a member of.
         """
+        candidates = list(candidates)
+        if not candidates:  # e.g. a plan of single-rank groups, which needs no communicator
+            return 0
         me = dist.get_rank()
         missing = sorted({self._key(ranks) for ranks in candidates} - self._created)
         if len(self._created) + len(missing) > self.max_communicators:
