@@ -62,17 +62,16 @@ class VLMRoundRunner(RoundRunner):
         )
 
     def _encode(self, batch: VLMShardBatch) -> tuple[torch.Tensor, dict[int, int]]:
-        """This rank's merged vision tokens (packed order) and the patches it encoded per sample."""
+        """This rank's merged vision tokens (packed order) and the patches it encoded, per sample,
+        counted from the frame groups actually loaded."""
         units = batch.encoded_units
-        patches: dict[int, int] = {}
-        for unit in units:
-            patches[unit.sample_index] = patches.get(unit.sample_index, 0) + unit.patches
         if not units:
             # Still a graph input, so that this rank joins the exchange's backward all-to-all.
             hidden = self.vlm.decoder.config.hidden_size
-            return torch.zeros(0, hidden, device=self.device, requires_grad=True), patches
-        frames = FrameBatch.from_frame_groups(
-            [self.videos.frame_group(u.sample_index, u.group) for u in units],
-            [self.videos.layout(u.sample_index) for u in units],
-        )
+            return torch.zeros(0, hidden, device=self.device, requires_grad=True), {}
+        loaded = [self.videos.frame_group(u.sample_index, u.group) for u in units]
+        patches: dict[int, int] = {}
+        for unit, frame_group in zip(units, loaded):
+            patches[unit.sample_index] = patches.get(unit.sample_index, 0) + frame_group.shape[0]
+        frames = FrameBatch.from_frame_groups(loaded, [self.videos.layout(u.sample_index) for u in units])
         return self.vlm.encode(frames.to(self.device)), patches
