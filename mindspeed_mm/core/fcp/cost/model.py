@@ -28,6 +28,8 @@ from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
 from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
 ALGOS = ("ring", "ulysses")
+# Lengths from this size on have squares summed with Python integers (int64 could overflow).
+_EXACT_SQUARE_LIMIT = 1 << 31
 
 
 class ModelDoesNotFitError(ValueError):
@@ -109,24 +111,36 @@ class CostModel:
     # ------------------------------------------------------------------ workloads
     def workload(self, lengths: Sequence[int], patches: Sequence[int] | None = None) -> GroupWorkload:
         """Aggregates of a packed batch of samples with these LLM lengths (and vision patches)."""
-        total = sq = 0
-        for i, length in enumerate(lengths):
-            if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length <= 0:
-                raise ValueError(f"sample {i}: length must be a positive int, got {length!r}")
-            total += int(length)
-            sq += int(length) * int(length)
-        vision = 0
-        if patches is not None:
-            if len(patches) != len(lengths):
-                raise ValueError(f"patches has {len(patches)} entries for {len(lengths)} samples")
-            for i, count in enumerate(patches):
-                if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-                    raise ValueError(f"sample {i}: patches must be an int >= 0, got {count!r}")
-                vision += int(count)
-            if vision and self.table.model.vision is None:
-                raise ValueError(f"model '{self.table.model.name}' has no vision encoder, "
-                                 f"but the samples carry {vision} patches")
-        return GroupWorkload(total, len(lengths), sq, vision)
+        length_arr, patch_arr = self._checked_samples(lengths, patches)
+        if length_arr.size and int(length_arr.max()) >= _EXACT_SQUARE_LIMIT:
+            sq = sum(int(x) * int(x) for x in length_arr.tolist())
+        else:
+            sq = int(np.dot(length_arr, length_arr))
+        return GroupWorkload(int(length_arr.sum()), int(length_arr.size), sq, int(patch_arr.sum()))
+
+    def workload_columns(self, lengths: Sequence[int], patches: Sequence[int] | None = None) -> WorkloadColumns:
+        """One workload per sample (each sample alone), as columns for `best_time_table`; their
+        `group_sums` are the workloads of packed batches."""
+        length_arr, patch_arr = self._checked_samples(lengths, patches)
+        values = np.empty((length_arr.size, 4))
+        values[:, 0] = length_arr
+        values[:, 1] = 1.0
+        values[:, 2] = values[:, 0] * values[:, 0]
+        values[:, 3] = patch_arr
+        return WorkloadColumns(values)
+
+    def _checked_samples(self, lengths: Sequence[int], patches: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        """Lengths and patches as int64 arrays, after the checks that name the first bad sample."""
+        length_arr = _counts(lengths, "length must be a positive int", 1)
+        if patches is None:
+            return length_arr, np.zeros(length_arr.size, dtype=np.int64)
+        if len(patches) != len(lengths):
+            raise ValueError(f"patches has {len(patches)} entries for {len(lengths)} samples")
+        patch_arr = _counts(patches, "patches must be an int >= 0", 0)
+        if patch_arr.any() and self.table.model.vision is None:
+            raise ValueError(f"model '{self.table.model.name}' has no vision encoder, "
+                             f"but the samples carry {int(patch_arr.sum())} patches")
+        return length_arr, patch_arr
 
     # ------------------------------------------------------------------ time
     def ulysses_supported(self, degree: int) -> bool:
@@ -190,6 +204,21 @@ class CostModel:
     def _mask_memory(self, columns: WorkloadColumns, d_int: np.ndarray, times: np.ndarray) -> None:
         """Set inf where the group's ranks cannot hold the batch (d x capacity < tokens)."""
         times[d_int * float(self.capacity_tokens) < columns.total_tokens] = np.inf
+
+
+def _counts(values: Sequence[int], rule: str, minimum: int) -> np.ndarray:
+    """Per-sample integer counts as an int64 array; a ValueError naming the first sample that breaks
+    `rule` (not an integer, a bool, or below `minimum`)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    arr = np.asarray(values)
+    exact = isinstance(values, np.ndarray) or bool not in set(map(type, values))
+    if arr.ndim == 1 and arr.dtype.kind in "iu" and exact and arr.min() >= minimum:
+        return arr.astype(np.int64, copy=False)
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise ValueError(f"sample {i}: {rule}, got {value!r}")
+    raise ValueError(f"sample counts must be a flat list of integers, got {type(values).__name__}")
 
 
 def _degree_vector(degrees: Any) -> tuple[np.ndarray, bool]:

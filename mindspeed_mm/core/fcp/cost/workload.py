@@ -35,21 +35,54 @@ class GroupWorkload:
 
 @dataclass(frozen=True)
 class WorkloadColumns:
-    """The aggregates of K workloads as float64 columns of shape [K, 1], for vectorised time queries
-    (a column broadcasts against a [K, W] matrix of degrees)."""
+    """The aggregates of K workloads as one float64 matrix, for vectorised time queries.
 
-    total_tokens: np.ndarray
-    """LLM tokens of each workload."""
-    num_docs: np.ndarray
-    """Documents of each workload."""
-    sum_sq_tokens: np.ndarray
-    """Sum of squared document lengths of each workload."""
-    vision_patches: np.ndarray
-    """Vision-encoder patches of each workload."""
+    Each aggregate is read as a [K, 1] column, which broadcasts against a [K, W] matrix of degrees.
+    Float64 holds every aggregate exactly below 2**53.
+    """
+
+    values: np.ndarray
+    """[K, 4]: total_tokens, num_docs, sum_sq_tokens, vision_patches of each workload."""
 
     @classmethod
     def stack(cls, workloads: Sequence[GroupWorkload]) -> "WorkloadColumns":
         """Columns of these workloads, in order."""
         rows = np.array([(w.total_tokens, w.num_docs, w.sum_sq_tokens, w.vision_patches) for w in workloads],
                         dtype=np.float64).reshape(len(workloads), 4)
-        return cls(rows[:, 0:1], rows[:, 1:2], rows[:, 2:3], rows[:, 3:4])
+        return cls(rows)
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def total_tokens(self) -> np.ndarray:
+        """[K, 1] LLM tokens."""
+        return self.values[:, 0:1]
+
+    @property
+    def num_docs(self) -> np.ndarray:
+        """[K, 1] documents."""
+        return self.values[:, 1:2]
+
+    @property
+    def sum_sq_tokens(self) -> np.ndarray:
+        """[K, 1] sums of squared document lengths."""
+        return self.values[:, 2:3]
+
+    @property
+    def vision_patches(self) -> np.ndarray:
+        """[K, 1] vision-encoder patches."""
+        return self.values[:, 3:4]
+
+    def group_sums(self, members: np.ndarray, owners: np.ndarray, groups: int) -> "WorkloadColumns":
+        """Columns of `groups` packed batches: workload members[j] belongs to batch owners[j]."""
+        rows = self.values[members]
+        sums = np.empty((groups, 4))
+        for column in range(4):
+            sums[:, column] = np.bincount(owners, weights=rows[:, column], minlength=groups)
+        return WorkloadColumns(sums)
+
+    def workload(self, k: int) -> GroupWorkload:
+        """Workload k as a `GroupWorkload`."""
+        total, docs, sq, vision = (int(x) for x in self.values[k])
+        return GroupWorkload(total, docs, sq, vision)
