@@ -54,8 +54,8 @@ def _qkv(shape: ModelShape, q_len: int, kv_len: int, dtype: torch.dtype, device:
 
 
 def attention_samples(shape: ModelShape, kind: str, length: int, docs: int, dtype: str, repeats: Repeats,
-                      seed: int) -> tuple[Samples, Samples]:
-    """(forward + backward, forward only) of one layer's attention core over ``docs`` documents of ``length`` tokens.
+                      seed: int, *, forward_too: bool = True) -> tuple[Samples, Samples | None]:
+    """(forward + backward, forward alone or None) of one layer's attention core over ``docs`` documents of ``length`` tokens.
 
     ``causal`` / ``full`` go through ``fcp_attention`` on a group of one (the code a ring step or
     Ulysses runs locally); ``block`` calls the device's varlen kernel on the off-diagonal block of
@@ -79,7 +79,7 @@ def attention_samples(shape: ModelShape, kind: str, length: int, docs: int, dtyp
             out, lse = forward()
             kernel.backward(dout, q, k, v, out, lse, segments, causal=False, softmax_scale=scale)
 
-        return repeats.time(forward_backward), repeats.time(forward)
+        return repeats.time(forward_backward), repeats.time(forward) if forward_too else None
     if kind not in ("causal", "full"):
         raise ValueError(f"attention kind must be one of {list(ATTENTION_KINDS)}, got {kind!r}")
     q, k, v = _qkv(shape, docs * length, docs * length, torch_dtype, repeats.device, generator)
@@ -97,7 +97,7 @@ def attention_samples(shape: ModelShape, kind: str, length: int, docs: int, dtyp
     def forward_backward_core() -> None:
         torch.autograd.grad(attend(), (q, k, v), dout)
 
-    return repeats.time(forward_backward_core), repeats.time(forward_only)
+    return repeats.time(forward_backward_core), repeats.time(forward_only) if forward_too else None
 
 
 def decoder_samples(decoder: Decoder, shape: ModelShape, tokens: int, repeats: Repeats,

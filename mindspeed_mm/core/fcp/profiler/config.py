@@ -13,7 +13,7 @@ from mindspeed_mm.core.fcp.profiler.world import check_backend
 
 DEFAULT_ATTENTION_LENGTHS = (16, 32, 64, 128, 256, 512)
 DEFAULT_LINEAR_TOKENS = (64, 256, 1024, 2048)
-DEFAULT_MESSAGE_BYTES = (1024, 16384, 131072, 1048576)
+DEFAULT_MESSAGE_BYTES = (1024, 65536, 1048576)
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
@@ -72,13 +72,13 @@ class ProfileConfig:
     """Message sizes of the point-to-point and all-to-all grids (bytes each rank sends)."""
     busy_block_length: int = 32
     """Shard tokens per document of the reference block the exchanges are timed next to (see `comm`)."""
-    warmup: int = 2
+    warmup: int = 1
     """Untimed runs before each measurement."""
     repeats: int = 3
     """Timed samples per measurement and sweep."""
     sweeps: int = 3
     """Passes over every measurement; samples of all sweeps are pooled."""
-    min_sample_ms: float = 30.0
+    min_sample_ms: float = 25.0
     """Each sample repeats the operation back to back for at least this long (steady host sharing)."""
     statistic: str = "median"
     """How repeats are summarised: one of STATISTICS."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -30,8 +31,8 @@ Value = TypeVar("Value")
 
 
 @dataclass(frozen=True)
-class MemoryFacts:
-    """Memory figures of one rank."""
+class RankFacts:
+    """Figures of one rank besides the timing samples."""
 
     activation_bytes: dict[int, int]
     """Tokens of a probe batch -> bytes autograd saved for backward."""
@@ -41,6 +42,8 @@ class MemoryFacts:
     """Memory held before any model tensor existed."""
     matmul_tflops: float
     """Achieved dense matmul throughput."""
+    phase_seconds: dict[str, float]
+    """Elapsed time of each measurement phase, all sweeps together."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class RankMeasurements:
     attention: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """(kind, document length) -> forward + backward of one layer's attention core, per document."""
     attention_forward: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
-    """(kind, document length) -> forward alone, per document."""
+    """(`causal`, document length) -> forward alone, per document (for the backward / forward ratio)."""
     decoder: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
     """(layers, tokens) -> forward + backward of a decoder of that many layers without attention work."""
     decoder_forward: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
@@ -102,6 +105,8 @@ class RankProfiler:
                                          config.seed).to(self.device) for layers in probe_layers(shape.layers)}
         self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
                                      self.device, config.seed)
+        self.phase_seconds: dict[str, float] = {}
+        """Elapsed seconds per measurement phase so far."""
 
     @property
     def group_sizes(self) -> tuple[int, ...]:
@@ -121,18 +126,23 @@ class RankProfiler:
         timing = Repeats(c.warmup, repeats, self.device, c.min_sample_ms, c.clock)
         out = RankMeasurements()
         docs = c.attention_docs_per_call
+        started = time.perf_counter()
         for kind in ATTENTION_KINDS:
             for length in c.attention_lengths:
-                both, forward = attention_samples(c.model, kind, length, docs, c.dtype, timing, c.seed)
+                both, forward = attention_samples(c.model, kind, length, docs, c.dtype, timing, c.seed,
+                                                  forward_too=kind == "causal")
                 out.attention[(kind, length)] = tuple(t / docs for t in both.times_ms)
-                out.attention_forward[(kind, length)] = tuple(t / docs for t in forward.times_ms)
+                if forward is not None:
+                    out.attention_forward[(kind, length)] = tuple(t / docs for t in forward.times_ms)
                 on_step(f"attention {kind} {length}")
+        started = self._phase("attention", started)
         for layers, decoder in self.decoders.items():
             for tokens in c.linear_tokens:
                 both, forward = decoder_samples(decoder, c.model, tokens, timing, c.seed)
                 out.decoder[(layers, tokens)] = both.times_ms
                 out.decoder_forward[(layers, tokens)] = forward.times_ms
                 on_step(f"linear {layers} layer(s) {tokens} tokens")
+        started = self._phase("linear", started)
         for kind in COMM_KINDS:
             for size in self.group_sizes:
                 for nbytes in c.message_bytes:
@@ -140,15 +150,23 @@ class RankProfiler:
                     if samples is not None:
                         out.comm[(kind, size, nbytes)] = samples
                     on_step(f"{kind} {size} ranks {nbytes} B")
+        self._phase("communication", started)
         return out
 
-    def memory(self) -> MemoryFacts:
-        """Activation, training-state and runtime bytes, and the matmul throughput."""
+    def _phase(self, name: str, started: float) -> float:
+        now = time.perf_counter()
+        self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + now - started
+        return now
+
+    def facts(self) -> RankFacts:
+        """Activation, training-state and runtime bytes, matmul throughput, phase durations."""
         c = self.config
+        started = time.perf_counter()
         full = Decoder(c.model, c.dtype, c.seed).to(self.device)
         activation = {sum(lengths): saved_activation_bytes(full, c.model, list(lengths), self.device, c.seed)
                       for lengths in MEMORY_PROBE_LENGTHS}
         state = training_state_bytes(full, c.model, self.device, c.seed)
         tflops = matmul_tflops(c.dtype, Repeats(c.warmup, c.repeats, self.device, c.min_sample_ms, "wall"))
         dist.barrier()
-        return MemoryFacts(activation, state, self.runtime_bytes, tflops)
+        self._phase("memory", started)
+        return RankFacts(activation, state, self.runtime_bytes, tflops, dict(self.phase_seconds))

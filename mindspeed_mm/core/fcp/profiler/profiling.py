@@ -20,7 +20,7 @@ from mindspeed_mm.core.fcp.cost.model import CostModel
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.environment import host_facts, load_average
-from mindspeed_mm.core.fcp.profiler.measure import MemoryFacts, RankMeasurements, RankProfiler
+from mindspeed_mm.core.fcp.profiler.measure import RankFacts, RankMeasurements, RankProfiler
 from mindspeed_mm.core.fcp.profiler.memory import device_memory_bytes
 from mindspeed_mm.core.fcp.profiler.table_builder import build_table
 from mindspeed_mm.core.fcp.profiler.validation import (
@@ -79,7 +79,7 @@ def _passes_per_sweep(passes: int, sweeps: int) -> list[int]:
 
 
 def _profile_rank(rank: int, world_size: int, config: ProfileConfig, plan: ValidationPlan | None,
-                  progress: bool) -> tuple[RankMeasurements, MemoryFacts, list[list[float]] | None]:
+                  progress: bool) -> tuple[RankMeasurements, RankFacts, list[list[float]] | None]:
     """World function: the sweeps (and validation passes between them) of one rank."""
     profiler = RankProfiler(rank, world_size, config)
     runner = None
@@ -102,7 +102,7 @@ def _profile_rank(rank: int, world_size: int, config: ProfileConfig, plan: Valid
         measurements = measurements + profiler.sweep(config.repeats, on_step)
         if runner is not None and plan is not None:
             runner.run(passes[sweep], on_pass=lambda: on_step("validation pass"))
-    memory = profiler.memory()
+    memory = profiler.facts()
     on_step("memory")
     bar.close()
     return measurements, memory, None if runner is None else runner.times

@@ -11,7 +11,7 @@ from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
-from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, MemoryFacts, RankMeasurements, probe_layers
+from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements, probe_layers
 from mindspeed_mm.core.fcp.profiler.timing import summarize
 
 USABLE_MEMORY_FRACTION = 0.9
@@ -116,7 +116,7 @@ def _merged_comm(ranks: Sequence[RankMeasurements], statistic: str) -> dict[tupl
     return merged
 
 
-def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory_facts: Sequence[MemoryFacts],
+def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_facts: Sequence[RankFacts],
                 facts: dict[str, Any]) -> ProfileTable:
     """The table of one profiling run; `facts` (host, versions, load, duration) go to the provenance."""
     statistic = config.statistic
@@ -137,7 +137,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory
 
     low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
     activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low)
-                            for m in memory_facts])
+                            for m in rank_facts])
     causal_keys = [("causal", x) for x in config.attention_lengths]
     decoder_keys = list(decoder)
     time = TimeFigures(
@@ -157,8 +157,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory
         comm_overlap=p2p_curve.overlap,
     )
     memory = MemoryFigures(
-        static_bytes=float(median_of([m.training_state_bytes for m in memory_facts])),
-        workspace_bytes=float(median_of([m.runtime_bytes for m in memory_facts])),
+        static_bytes=float(median_of([m.training_state_bytes for m in rank_facts])),
+        workspace_bytes=float(median_of([m.runtime_bytes for m in rank_facts])),
         activation_bytes_per_token=max(activation, 1.0),
         vision_activation_bytes_per_token=0.0,
     )
@@ -168,7 +168,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory
         ranks_per_node=config.ranks_per_node,
         memory_bytes=int(facts["rank_memory_bytes"]),
         usable_memory_fraction=USABLE_MEMORY_FRACTION,
-        peak_tflops=max(median_of([m.matmul_tflops for m in memory_facts]), 1e-6),
+        peak_tflops=max(median_of([m.matmul_tflops for m in rank_facts]), 1e-6),
         intra_node_bytes_per_s=bandwidth,
         inter_node_bytes_per_s=bandwidth,
     )
@@ -181,6 +181,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], memory
             "min_sample_ms": config.min_sample_ms, "attention_docs_per_call": config.attention_docs_per_call,
             "busy_block_length": config.busy_block_length, "nice": config.nice, "seed": config.seed,
         },
+        "phase_seconds": {k: round(v, 1) for k, v in rank_facts[0].phase_seconds.items()},
         "busy_block_ms": median_of([t.block_ms for t in comm.values()]),
         "comm_ms_by_group_size": {
             f"{kind} {size} ranks": {
