@@ -108,3 +108,26 @@ def test_threshold_search_is_fast_for_a_thousand_ranks():
     choice = assign_degrees(times, spare)
     assert choice is not None and int(choice.extra.sum()) == spare
     assert max(times[j, s] for j, s in enumerate(choice.extra)) == choice.makespan
+
+
+def test_narrow_matrices_stand_for_inf_in_the_missing_columns():
+    rng = np.random.default_rng(12)
+    for _ in range(800):
+        k = int(rng.integers(1, 6))
+        spare = int(rng.integers(0, 9))
+        width = int(rng.integers(1, spare + 2))
+        times = rng.random((k, width)) * 10
+        times[rng.random(times.shape) < 0.2] = INF
+        if rng.random() < 0.5:
+            times = np.round(times)
+        padded = np.concatenate([times, np.full((k, spare + 1 - width), INF)], axis=1)
+        expected = _brute(padded, spare)
+        assert dp_makespan(times, spare) == expected
+        assert threshold_makespan(times, spare) == expected
+        assert optimal_makespan(times, spare) == expected
+        if np.isfinite(expected):
+            for tau in (expected, expected * 0.999, expected * 1.001):
+                assert beats(times, spare, tau) == (tau >= expected)
+            extra = realise(times, spare, expected)
+            assert int(extra.sum()) == spare and int(extra.max()) < width
+            assert max(times[j, s] for j, s in enumerate(extra)) <= expected

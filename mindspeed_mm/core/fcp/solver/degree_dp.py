@@ -39,6 +39,8 @@ class DegreeChoice:
 def dp_makespan(extra_times: np.ndarray, spare: int) -> float:
     """Optimal makespan by the plain dynamic program (inf when no exact split of `spare` exists)."""
     times = _clip(extra_times, spare)
+    if times.shape[1] < spare + 1:
+        times = np.concatenate([times, np.full((times.shape[0], spare + 1 - times.shape[1]), np.inf)], axis=1)
     width = spare + 1
     best = times[0].copy()  # best[j]: optimal makespan of the groups so far using exactly j extra ranks
     j = np.arange(width)[:, None]
@@ -88,17 +90,20 @@ def _necessary_threshold(times: np.ndarray, spare: int) -> float:
     last extra whose time is <= tau; no smaller makespan can be feasible.
 
     With P = prefix minima of each row, lo_k(tau) = #{s : P[k, s] > tau}, so the first condition holds
-    from the (spare + 1)-th largest P on. With Q = suffix minima, hi_k(tau) + 1 = #{s : Q[k, s] <= tau},
-    so the second holds from the (spare + K)-th smallest Q on.
+    from the (spare + 1)-th largest P on (rows narrower than spare + 1 columns: once tau reaches every
+    row's minimum, which any feasible tau does). With Q = suffix minima, hi_k(tau) + 1 =
+    #{s : Q[k, s] <= tau}, so the second holds from the (spare + K)-th smallest Q on.
     """
     k, width = times.shape
-    prefix = np.minimum.accumulate(times, axis=1).ravel()
-    suffix = np.minimum.accumulate(times[:, ::-1], axis=1).ravel()
-    if spare + 1 > prefix.size or spare + k > suffix.size:
+    prefix = np.minimum.accumulate(times, axis=1)
+    row_floor = prefix[:, -1].max()
+    prefix = prefix.ravel()
+    if spare + k > prefix.size:
         return float("inf")
-    by_lo = -np.partition(-prefix, spare)[spare]
+    suffix = np.minimum.accumulate(times[:, ::-1], axis=1).ravel()
+    by_lo = -np.partition(-prefix, spare)[spare] if spare < prefix.size else -np.inf
     by_hi = np.partition(suffix, spare + k - 1)[spare + k - 1]
-    return float(max(by_lo, by_hi))
+    return float(max(by_lo, by_hi, row_floor))
 
 
 def optimal_makespan(extra_times: np.ndarray, spare: int) -> float:
@@ -289,10 +294,5 @@ def _greedy_makespan(times: np.ndarray, spare: int) -> float:
 
 
 def _clip(extra_times: np.ndarray, spare: int) -> np.ndarray:
-    """The first spare + 1 columns, padded with inf when the matrix is narrower."""
-    times = np.asarray(extra_times, dtype=np.float64)
-    width = spare + 1
-    if times.shape[1] >= width:
-        return times[:, :width]
-    pad = np.full((times.shape[0], width - times.shape[1]), np.inf)
-    return np.concatenate([times, pad], axis=1)
+    """At most the first spare + 1 columns (a narrower matrix stands for inf in the columns it lacks)."""
+    return np.asarray(extra_times, dtype=np.float64)[:, : spare + 1]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
+
 
 def min_rounds(lengths: Sequence[int], num_ranks: int, capacity_tokens: int) -> int:
     """Fewest rounds whose combined memory holds every token of the batch."""
@@ -49,16 +51,13 @@ def spread_over_rounds(
     if len(lengths) < num_rounds * min_samples:
         return None
     order = sorted(range(len(lengths)), key=lambda i: (-device_ms[i], -lengths[i], i))
-    load = [0.0] * num_rounds
-    tokens = [0] * num_rounds
+    rounds = least_loaded_assignment(order, device_ms, lengths, [round_capacity_tokens] * num_rounds)
+    if rounds is None:
+        return None
     members: list[list[int]] = [[] for _ in range(num_rounds)]
-    for i in order:
-        open_rounds = [r for r in range(num_rounds) if tokens[r] + lengths[i] <= round_capacity_tokens]
-        if not open_rounds:
-            return None
-        r = min(open_rounds, key=lambda r: (load[r], r))
+    tokens = [0] * num_rounds
+    for i, r in zip(order, rounds):
         members[r].append(i)
-        load[r] += device_ms[i]
         tokens[r] += lengths[i]
     return _with_min_samples(members, tokens, device_ms, lengths, round_capacity_tokens, min_samples)
 
