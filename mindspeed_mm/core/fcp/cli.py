@@ -13,7 +13,7 @@ from typing import Sequence
 
 from mindspeed_mm.core.fcp import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("plan", "simulate", "train", "demo", "overlay")
+COMMAND_MODULES: tuple[str, ...] = ("plan", "simulate", "train", "demo", "overlay", "profile")
 """Sub-command modules, in the order `fcp --help` lists them."""
 
 _EXIT_USAGE = 2

@@ -177,6 +177,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         **{k: v for k, v in facts.items() if k != "rank_memory_bytes"},
         "measurement": {
             "world_size": config.world_size, "backend": config.backend, "statistic": config.statistic,
+            "clock": config.clock,
             "warmup": config.warmup, "repeats": config.repeats, "sweeps": config.sweeps,
             "min_sample_ms": config.min_sample_ms, "attention_docs_per_call": config.attention_docs_per_call,
             "busy_block_length": config.busy_block_length, "nice": config.nice, "seed": config.seed,

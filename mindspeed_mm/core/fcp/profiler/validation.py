@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,6 +100,8 @@ class ValidationReport:
     """One entry per group of every round."""
     statistic: str
     """How passes were summarised."""
+    clock: str
+    """Clock the times were read on."""
     passes: int
     """Timed passes per round."""
     seconds: float
@@ -113,6 +116,19 @@ class ValidationReport:
         """Mean absolute percentage error over the cases."""
         return float(100.0 * np.mean([abs(c.error) for c in self.cases]))
 
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON document (every case with its passes)."""
+        return {
+            "mape_percent": self.mape, "target_percent": TARGET_MAPE_PERCENT, "statistic": self.statistic,
+            "clock": self.clock, "passes": self.passes, "seconds": self.seconds,
+            "load_average_before": self.load_before, "load_average_after": self.load_after,
+            "cases": [{"round": c.round_index, "ranks": list(c.group.ranks), "degree": c.group.degree,
+                       "algo": c.group.algo if c.group.degree > 1 else "local", "lengths": list(c.group.lengths),
+                       "predicted_ms": c.predicted_ms, "measured_ms": c.measured_ms,
+                       "error_percent": 100 * c.error, "spread": c.spread, "samples_ms": list(c.samples_ms)}
+                      for c in self.cases],
+        }
+
     def lines(self) -> list[str]:
         """The per-case table, the MAPE and the run conditions, as text lines."""
         out = [f"{'round':>5} {'ranks':>7} {'d':>2} {'algo':<8} {'docs':>4} {'tokens':>6} "
@@ -125,7 +141,7 @@ class ValidationReport:
                        f"{sum(g.lengths):>6} {c.predicted_ms:>12.1f} {c.measured_ms:>11.1f} "
                        f"{100 * c.error:>+6.1f}% {100 * c.spread:>5.0f}%")
         out.append(f"MAPE {self.mape:.1f}% over {len(self.cases)} cases (target <= {TARGET_MAPE_PERCENT:.0f}%), "
-                   f"{self.statistic} of {self.passes} passes, {self.seconds:.0f} s, "
+                   f"{self.statistic} of {self.passes} passes on the {self.clock} clock, {self.seconds:.0f} s, "
                    f"load average {_load(self.load_before)} -> {_load(self.load_after)}")
         return out
 
@@ -134,9 +150,9 @@ def _load(load: tuple[float, float, float] | None) -> str:
     return "n/a" if load is None else "/".join(f"{x:.1f}" for x in load)
 
 
-def default_rounds(world_size: int, heads: int, *, seed: int = 0, tokens_per_rank: Sequence[int] = (160, 320),
+def default_rounds(world_size: int, shape: ModelShape, *, seed: int = 0, tokens_per_rank: Sequence[int] = (160, 320),
                    length_scale: float = 64.0, min_length: int = 8) -> list[ValidationRound]:
-    """Rounds covering degrees 1..world_size with ring and Ulysses (where the heads divide).
+    """Rounds covering degrees 1..world_size with ring and Ulysses (where the model's heads allow it).
 
     Batches are openvid lengths scaled down for CPU (as the tiny training configs do), packed until
     every group holds `tokens_per_rank` x degree tokens, so the groups of a round carry equal load.
@@ -144,7 +160,7 @@ def default_rounds(world_size: int, heads: int, *, seed: int = 0, tokens_per_ran
     if world_size < 2:
         raise ValueError(f"validation needs a world of at least 2 ranks, got {world_size}")
     pool = iter(scale_lengths(generate("openvid", 4096, seed), length_scale, min_length).tolist())
-    ulysses = [d for d in range(2, world_size + 1) if heads % d == 0]
+    ulysses = [d for d in ulysses_degrees(shape.heads, shape.kv_heads) if 2 <= d <= world_size]
     layouts: list[list[tuple[int, str]]] = []
     for d in range(world_size, 1, -1):
         rest = [(1, "ring")] * (world_size % d)
@@ -286,7 +302,8 @@ def build_report(cost: CostModel, rounds: Sequence[ValidationRound], per_rank: S
             predicted = float(cost.group_time_ms(cost.workload(list(group.lengths)), group.degree, group.algo))
             cases.append(CaseResult(index, group, predicted, summarize(slowest.tolist(), settings.statistic),
                                     tuple(slowest.tolist())))
-    return ValidationReport(tuple(cases), settings.statistic, settings.passes, seconds, load_before, load_average())
+    return ValidationReport(tuple(cases), settings.statistic, settings.clock, settings.passes, seconds, load_before,
+                            load_average())
 
 
 def validate(cost: CostModel, rounds: Sequence[ValidationRound], *, world_size: int,
