@@ -2,9 +2,10 @@
 
 Modules: `config` (run YAML), `dataset` and `sampler` (synthetic data, plan-aware sample loading),
 `planning` and `async_planner` (which planner, one step ahead), `plan_check` (same executable plan on
-all ranks), `packed_seq`, `rotary`, `attention` and
-`model` (megatron-core integration), `round_batch` and `runner` (one rank's rounds), `grad_sync`,
-`trainer` (the training loop), `reference` (single-process reference), `results`, `log_format`,
-`memory`, `distributed`, `optimizer`. Import the submodules directly: this package imports nothing,
-so reading a configuration does not load torch.distributed or megatron-core.
+all ranks), `packed_seq`, `rotary`, `attention` and `model` (megatron-core integration), `padding`,
+`round_batch` and `runner` (one rank's rounds), `grad_sync`, `trainer` (the training loop),
+`reference` (single-process reference), `results`, `log_format`, `memory`, `distributed`,
+`optimizer`; the `vision` package holds the vision-language model (video encoder split over each CP
+group, 3D mRoPE). Import the submodules directly: this package imports nothing, so reading a
+configuration does not load torch.distributed or megatron-core.
 """
