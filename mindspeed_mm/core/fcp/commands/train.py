@@ -1,4 +1,5 @@
-"""`fcp train CONFIG.yaml`: train the tiny Qwen3-style model with FCP or static ring CP.
+"""`fcp train CONFIG.yaml`: train the tiny Qwen3-style model (or, with a `vision:` section, the tiny
+Qwen3-VL-shaped model) with FCP or static ring CP.
 
 Launch one process per rank with torchrun (`torchrun --nproc-per-node 4 --no-python fcp train
 tiny_qwen3_fcp`); without torchrun it trains on one process. `--reference` runs the single-process,
@@ -23,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="train the tiny model with FCP or static CP (one process per rank, via torchrun)",
         description="Train a tiny Qwen3-shaped megatron-core decoder on the embedded synthetic dataset, "
         "re-planning the context-parallel groups every step (fcp_cp_algo) or with Megatron's static ring CP "
-        "(megatron_cp_algo). Logs follow Megatron's format.",
+        "(megatron_cp_algo). A config with a vision section trains a tiny Qwen3-VL-shaped model on synthetic "
+        "video-caption samples, each group splitting the video encoder over its ranks. Logs follow Megatron's "
+        "format.",
     )
     shipped = ", ".join(name.removesuffix(".yaml") for name in embedded_config_names())
     parser.add_argument("config", help=f"run YAML, or the name of a shipped one ({shipped})")
