@@ -1,0 +1,196 @@
+"""Profile tables from known measurements: every figure, round trip, planner use, atomic writes, cost fields."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable, ProfileTableError
+from mindspeed_mm.core.fcp.profiler.comm import CommSamples
+from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements
+from mindspeed_mm.core.fcp.profiler.profiling import check_writable
+from mindspeed_mm.core.fcp.profiler.table_builder import build_table
+from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
+
+CONFIG = ProfileConfig(attention_lengths=(16, 32, 64, 128), linear_tokens=(64, 256, 1024),
+                       message_bytes=(1024, 65536, 1048576), world_size=3)
+LAYER_MS, OUTPUT_MS = 0.01, 0.004          # per token
+LAUNCH_1, LAUNCH_2 = 1.5, 2.5              # decoder of 1 / 2 layers without attention work
+BLOCK_MS = 2.0                             # reference block of the busy exchanges
+ACTIVATION = 12000.0                       # bytes per token
+
+
+def attention_ms(kind: str, s: int) -> float:
+    scale = {"causal": 1.0, "full": 0.9, "block": 0.6}[kind]
+    return scale * (1e-4 * s * s + 2e-3 * s + 0.5)
+
+
+def p2p_alone(nbytes: int) -> float:
+    return 0.3 + nbytes * 1e-6
+
+
+def _samples(value: float, jitter: float = 0.0) -> tuple[float, ...]:
+    return (value * (1 - jitter), value, value * (1 + jitter))
+
+
+def measurements(rank: int, p2p_busy: str) -> RankMeasurements:
+    """What one rank would measure on a host with the figures above (a little symmetric noise)."""
+    m = RankMeasurements()
+    for kind in ("causal", "full", "block"):
+        for s in CONFIG.attention_lengths:
+            m.attention[(kind, s)] = _samples(attention_ms(kind, s), 0.05)
+            if kind == "causal":
+                m.attention_forward[(kind, s)] = _samples(attention_ms(kind, s) / 3.5)   # backward = 2.5 x forward
+    for layers, launch in ((1, LAUNCH_1), (2, LAUNCH_2)):
+        for tokens in CONFIG.linear_tokens:
+            both = launch + (layers * LAYER_MS + OUTPUT_MS) * tokens
+            m.decoder[(layers, tokens)] = _samples(both)
+            m.decoder_forward[(layers, tokens)] = _samples(both / 3.0)                  # backward = 2 x forward
+    for size in (2, 3):
+        if size == 2 and rank == 2:
+            continue  # sat out: groups of 2 cover ranks 0-1 only
+        for nbytes in CONFIG.message_bytes:
+            alone = p2p_alone(nbytes)
+            busy = max(BLOCK_MS, alone) if p2p_busy == "hidden" else BLOCK_MS + 2 * alone
+            m.comm[("p2p", size, nbytes)] = CommSamples(_samples(alone), _samples(busy), _samples(BLOCK_MS))
+            a2a = 0.5 + size * 0.1 + nbytes * 2e-6
+            m.comm[("all_to_all", size, nbytes)] = CommSamples(_samples(a2a), _samples(BLOCK_MS + a2a),
+                                                                _samples(BLOCK_MS))
+    return m
+
+
+def facts() -> RankFacts:
+    low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
+    return RankFacts({low: int(5e5 + ACTIVATION * low), high: int(5e5 + ACTIVATION * high)}, 2_000_000,
+                     300_000_000, 0.05, {"attention": 1.0})
+
+
+def table_of(p2p_busy: str = "added") -> ProfileTable:
+    return build_table(CONFIG, [measurements(r, p2p_busy) for r in range(3)], [facts()] * 3,
+                       {"rank_memory_bytes": 2**31, "device_name": "test cpu", "profile_seconds": 1.0})
+
+
+def test_every_figure_comes_from_the_measurements() -> None:
+    table = table_of()
+    t = table.time
+    assert t.attention_causal_ms.x == (16.0, 32.0, 64.0, 128.0)
+    np.testing.assert_allclose(t.attention_causal_ms.y, [attention_ms("causal", s) for s in (16, 32, 64, 128)])
+    np.testing.assert_allclose(t.attention_full_ms.y, [attention_ms("full", s) for s in (16, 32, 64, 128)])
+    assert t.attention_off_diagonal_ms is not None
+    np.testing.assert_allclose(t.attention_off_diagonal_ms.y, [attention_ms("block", s) for s in (16, 32, 64, 128)])
+    assert t.attention_backward_ratio == pytest.approx(2.5)
+    assert t.linear_backward_ratio == pytest.approx(2.0)
+    assert t.linear_ms_per_token == pytest.approx(LAYER_MS)
+    assert t.output_ms_per_token == pytest.approx(OUTPUT_MS)
+    assert t.launch_ms == pytest.approx(LAUNCH_2)      # tiny has 2 layers: a_1 + (2 - 1)(a_2 - a_1)
+    assert table.memory.activation_bytes_per_token == pytest.approx(ACTIVATION)
+    assert table.memory.static_bytes == 2_000_000 and table.memory.workspace_bytes == 300_000_000
+    assert table.hardware.device == "cpu" and table.hardware.ranks_per_node == 8
+    assert table.model == CONFIG.model and table.dtype == "fp32" and table.recompute == "none"
+    prov = table.provenance
+    assert prov["source"] == "measured by fcp profile" and prov["device_name"] == "test cpu"
+    assert prov["measurement"]["clock"] == "cpu" and prov["measurement"]["world_size"] == 3
+
+
+def test_transfers_a_step_cannot_hide_are_charged_as_the_busy_step_shows() -> None:
+    added = table_of("added").time
+    assert added.comm_overlap == 0.0
+    # What a transfer adds to a busy step (busy - block = 2 x alone here), not the transfer alone.
+    np.testing.assert_allclose(added.p2p_intra_ms.y, [2 * p2p_alone(b) for b in CONFIG.message_bytes])
+    assert added.p2p_inter_ms == added.p2p_intra_ms
+    # All-to-all at the largest group: x is the bytes sent to the other ranks.
+    np.testing.assert_allclose(added.all_to_all_intra_ms.x, [b * 2 / 3 for b in CONFIG.message_bytes])
+    np.testing.assert_allclose(added.all_to_all_intra_ms.y, [0.8 + b * 2e-6 for b in CONFIG.message_bytes])
+    hidden = table_of("hidden").time
+    assert hidden.comm_overlap == 1.0
+    np.testing.assert_allclose(hidden.p2p_intra_ms.y, [p2p_alone(b) for b in CONFIG.message_bytes])
+
+
+def test_noise_that_breaks_monotonicity_is_pooled() -> None:
+    ranks = [measurements(r, "added") for r in range(3)]
+    for m in ranks:
+        m.attention[("causal", 32)] = _samples(attention_ms("causal", 16) * 0.8)
+    y = build_table(CONFIG, ranks, [facts()] * 3, {"rank_memory_bytes": 2**31}).time.attention_causal_ms.y
+    assert all(b >= a for a, b in zip(y, y[1:]))
+    assert y[0] == y[1] == pytest.approx(attention_ms("causal", 16) * 0.9)
+
+
+def test_round_trip_and_the_planner_accepts_a_measured_table(tmp_path: Path) -> None:
+    table = table_of()
+    path = tmp_path / "table.json"
+    table.save(path)
+    loaded = ProfileTable.load(path)
+    assert loaded.to_dict() == table.to_dict()
+    doc = json.loads(path.read_text())
+    assert doc["time"]["comm_overlap"] == 0.0 and "off_diagonal" in doc["time"]["attention_ms"]
+    cost = CostModel(loaded, max_tokens_per_rank=256)
+    lengths = [300, 40, 120, 33, 8, 700, 64, 15]
+    config = SolverConfig(num_ranks=4, ranks_per_node=cost.ranks_per_node)
+    plan = plan_batch(lengths, cost, config)
+    validate_plan(plan, lengths, cost)
+    assert plan.predicted_ms >= plan.lower_bound_ms > 0
+
+
+def test_ring_steps_use_the_off_diagonal_block_and_add_unhidden_transfers() -> None:
+    cost = CostModel(table_of(), max_tokens_per_rank=10_000)
+    c = cost.coefficients
+    lengths = [96, 40, 200]
+    w = cost.workload(lengths)
+    d = 4
+    sq, tokens, docs = sum(s * s for s in lengths), sum(lengths), len(lengths)
+
+    def stage_fit(alpha: float, beta: float, gamma: float) -> float:
+        return alpha * sq / d**2 + beta * tokens / d + gamma * docs
+
+    diag, block = stage_fit(c.alpha, c.beta, c.gamma), stage_fit(*c.off_diagonal)
+    assert block < diag   # the table's off-diagonal block is cheaper than a causal step here
+    kv = c.kv_bytes_per_token * tokens / d
+    p2p = cost.table.time.p2p_intra_ms
+    layers = cost.table.layers_per_stage
+    p_fwd, p_bwd = layers * p2p(kv), layers * p2p(2 * kv)   # backward: K, V and their gradients
+    f = c.attention_forward_fraction
+    expected = (diag + (d - 1) * ((block * f + p_fwd) + (block * (1 - f) + p_bwd))
+                + c.per_token_ms * tokens / d + c.launch_ms)
+    assert cost.group_time_ms(w, d, "ring") == pytest.approx(expected)
+
+
+def test_comm_overlap_and_off_diagonal_fields_are_checked() -> None:
+    doc = table_of().to_dict()
+    doc["time"]["comm_overlap"] = 1.5
+    with pytest.raises(ProfileTableError, match=r"field 'time.comm_overlap' must be a number in \[0, 1\], got 1.5"):
+        ProfileTable.from_dict(doc)
+    doc = table_of().to_dict()
+    doc["time"]["attention_ms"]["off_diagonal"]["y"][2] = 0.0
+    with pytest.raises(ProfileTableError, match=r"'time.attention_ms.off_diagonal.y\[2\]'"):
+        ProfileTable.from_dict(doc)
+    # Tables without the optional fields (the presets) read as before.
+    preset = CostModel.from_preset("cpu-tiny").table.to_dict()
+    assert "comm_overlap" not in preset["time"] and "off_diagonal" not in preset["time"]["attention_ms"]
+
+
+def test_a_failed_write_leaves_the_old_table_and_no_partial_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "table.json"
+    path.write_text("old contents\n")
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="No space left"):
+        table_of().save(path)
+    assert path.read_text() == "old contents\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.json"]
+
+
+def test_unwritable_destinations_are_refused_before_profiling(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match=r"folder .*missing does not exist"):
+        check_writable(tmp_path / "missing" / "table.json")
+    with pytest.raises(OSError, match="is a directory"):
+        check_writable(tmp_path)
+    check_writable(tmp_path / "fine.json")
