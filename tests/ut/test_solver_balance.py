@@ -4,11 +4,13 @@ import numpy as np
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 
 
-def _plain(order, weights, sizes, rooms, scales, loads):
+def _plain(order, weights, sizes, rooms, scales, loads, overflow=False):
     """Every item to the least-loaded bin with room, lowest index on ties, by a scan over all bins."""
     room, load, out = list(rooms), list(loads), []
     for i in order:
         fits = [b for b in range(len(room)) if room[b] >= sizes[i]]
+        if not fits and overflow:
+            fits = list(range(len(room)))
         if not fits:
             return None
         b = min(fits, key=lambda b: (load[b], b))
@@ -35,6 +37,8 @@ def test_matches_the_plain_rule_on_random_instances():
         expected = _plain(order, weights, sizes, rooms, scales, loads)
         got = least_loaded_assignment(order, weights, sizes, rooms, scales, loads)
         assert got == expected, case
+        assert least_loaded_assignment(order, weights, sizes, rooms, scales, loads, overflow=True) == \
+            _plain(order, weights, sizes, rooms, scales, loads, overflow=True), case
         scanned += expected is not None and sum(sizes) > 0.8 * sum(rooms)
     assert scanned > 20   # memory-tight cases did occur
 

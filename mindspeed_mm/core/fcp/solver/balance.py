@@ -1,11 +1,11 @@
 """Longest-processing-time assignment with memory: each item, in the given order, goes to the bin
 with the least load among those with room for it (ties: lowest bin index).
 
-Shared by the round spread and the groupings of a round. A heap of bin loads gives the least-loaded
-bin; bins without room for the current item are set aside and put back afterwards, bins without
-room for any remaining item are dropped for good, and after `_MAX_SKIPS` misses in a row the
-choice falls back to one vectorised scan over all bins, so a batch of nearly full bins costs
-O(bins) once per item instead of a heap pass per full bin.
+Shared by the round spread and the groupings of a round. Two heaps keep it O(log bins) per step:
+bins with room for the current item sit in a heap by load; a bin found without room moves to a heap
+by room, and moves back as soon as an item small enough arrives. A bin without room for any remaining
+item is dropped for good. Every bin with room for the current item is in the load heap, so the choice
+is exact.
 """
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ import heapq
 from typing import Sequence
 
 import numpy as np
-
-# Bins without room looked at through the heap before one vectorised scan takes over.
-_MAX_SKIPS = 8
 
 
 def least_loaded_assignment(
@@ -25,61 +22,60 @@ def least_loaded_assignment(
     rooms: Sequence[int],
     scales: Sequence[float] | None = None,
     loads: Sequence[float] | None = None,
+    overflow: bool = False,
 ) -> list[int] | None:
     """Bin of every item of `order` (same positions), or None when an item fits in no bin.
 
     Item i adds `weights[i] * scales[b]` to the load of its bin b (`scales` default 1; e.g. 1 / ranks
     for a load per rank) and takes `sizes[i]` of its room. `rooms[b]` and `loads[b]` (default 0) are
-    the bins' starting room and load.
+    the bins' starting room and load. With `overflow`, an item that fits nowhere goes to the least
+    loaded bin all the same (its room goes negative).
     """
     bins = len(rooms)
     room = [int(r) for r in rooms]
     load = [0.0] * bins if loads is None else [float(x) for x in loads]
     scale = [1.0] * bins if scales is None else [float(x) for x in scales]
-    room_arr = np.array(room, dtype=np.int64)
-    load_arr = np.array(load, dtype=np.float64)
-    heap = [(load[b], b) for b in range(bins)]
-    heapq.heapify(heap)
-    order_sizes = np.fromiter((sizes[i] for i in order), dtype=np.int64, count=len(order))
-    # smallest[j]: the smallest item from position j on; a bin with less room is of no further use.
-    smallest = np.minimum.accumulate(order_sizes[::-1])[::-1].tolist() if len(order) else []
+    by_load = [(load[b], b) for b in range(bins)]
+    heapq.heapify(by_load)
+    by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
+    # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
+    # nothing when items may overflow). Bins with less are dropped for good.
+    if overflow or not order:
+        useful = [-(1 << 62)] * (len(order) + 1)
+    else:
+        order_sizes = np.fromiter((sizes[i] for i in order), dtype=np.int64, count=len(order))
+        useful = np.minimum.accumulate(order_sizes[::-1])[::-1].tolist() + [1 << 62]
     out = [0] * len(order)
     for pos, i in enumerate(order):
         size = sizes[i]
-        skipped: list[tuple[float, int]] = []
+        while by_room and -by_room[0][0] >= size:
+            _, b = heapq.heappop(by_room)
+            heapq.heappush(by_load, (load[b], b))
         chosen = -1
-        while heap:
-            entry_load, b = heap[0]
-            if entry_load != load[b]:
-                heapq.heappop(heap)   # stale: the bin was chosen by a scan and pushed anew
-                continue
+        while by_load:
+            b = by_load[0][1]
             if room[b] >= size:
                 chosen = b
-                heapq.heappop(heap)
                 break
-            heapq.heappop(heap)
-            if room[b] >= smallest[pos]:
-                skipped.append((entry_load, b))
-            if len(skipped) > _MAX_SKIPS:
-                chosen = _scan(room_arr, load_arr, size)
-                break
-        for entry in skipped:
-            heapq.heappush(heap, entry)
+            heapq.heappop(by_load)
+            if room[b] >= useful[pos]:
+                heapq.heappush(by_room, (-room[b], b))
         if chosen < 0:
-            return None
+            if not overflow:
+                return None
+            chosen = min(range(bins), key=lambda b: (load[b], b))
+            by_load = [entry for entry in by_load if entry[1] != chosen]
+            by_room = [entry for entry in by_room if entry[1] != chosen]
+            heapq.heapify(by_load)
+            heapq.heapify(by_room)
         out[pos] = chosen
         load[chosen] += weights[i] * scale[chosen]
         room[chosen] -= size
-        load_arr[chosen] = load[chosen]
-        room_arr[chosen] = room[chosen]
-        if pos + 1 < len(order) and room[chosen] >= smallest[pos + 1]:
-            heapq.heappush(heap, (load[chosen], chosen))
+        if by_load and by_load[0][1] == chosen:
+            if room[chosen] >= useful[pos + 1]:
+                heapq.heapreplace(by_load, (load[chosen], chosen))
+            else:
+                heapq.heappop(by_load)
+        elif room[chosen] >= useful[pos + 1]:
+            heapq.heappush(by_load, (load[chosen], chosen))
     return out
-
-
-def _scan(room: np.ndarray, load: np.ndarray, size: int) -> int:
-    """Least-loaded bin with room for `size` (lowest index on ties), -1 if none."""
-    fits = np.flatnonzero(room >= size)
-    if fits.size == 0:
-        return -1
-    return int(fits[np.argmin(load[fits])])

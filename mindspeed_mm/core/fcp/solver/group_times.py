@@ -3,7 +3,10 @@
 A query costs one cost-model call per workload, so the planner asks for many workloads at once. A
 cost model that offers `best_time_table(workloads, degrees)` -- `degrees` an int [K, W] matrix, row k
 for workload k, returning (times [K, W], algo index [K, W]) equal to `best_time_ms` row by row --
-answers a whole request in one call; otherwise the workloads are evaluated one by one.
+answers a whole request in one call; otherwise the workloads are evaluated one by one. A cost model
+that also offers `workload_columns(lengths, patches)` (one workload per sample, as columns whose
+`group_sums` are packed batches) lets `SampleWorkloads` build the workloads of many groups in a few
+array operations instead of one `workload` call per group.
 """
 from __future__ import annotations
 
@@ -11,8 +14,65 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
+
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
+
+
+class SampleWorkloads:
+    """The workload of each sample alone (by index, memoised) and of groups of samples."""
+
+    def __init__(self, cost: "CostModel", lengths: Sequence[int], patches: Sequence[int] | None) -> None:
+        self._cost = cost
+        self._lengths = lengths
+        self._patches = patches
+        columns = getattr(cost, "workload_columns", None)
+        self.columns: WorkloadColumns | None = (
+            columns(lengths, patches) if columns is not None and hasattr(cost, "best_time_table") else None)
+        """Per-sample columns, when the cost model answers queries on columns; else None."""
+        self._single: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __getitem__(self, i: int) -> Any:
+        """The workload of sample i alone."""
+        found = self._single.get(i)
+        if found is None:
+            if self.columns is not None:
+                found = self.columns.workload(i)
+            else:
+                found = self._cost.workload([self._lengths[i]], None if self._patches is None else [self._patches[i]])
+            self._single[i] = found
+        return found
+
+    def every_sample(self) -> Any:
+        """The workloads of all samples, in order, as `GroupTimer.evaluate` takes them."""
+        if self.columns is not None:
+            return self.columns
+        return [self[i] for i in range(len(self._lengths))]
+
+    def groups(self, groups: Sequence[Sequence[int]]) -> tuple[Any, np.ndarray]:
+        """(the workloads of packed batches of samples, as `GroupTimer.evaluate` takes them, and
+        their LLM tokens)."""
+        sizes = [len(g) for g in groups]
+        members = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=sum(sizes))
+        return self.assigned(members, np.repeat(np.arange(len(groups)), sizes), len(groups))
+
+    def assigned(self, members: np.ndarray, owners: np.ndarray, count: int) -> tuple[Any, np.ndarray]:
+        """Like `groups`, for `count` batches given as sample members[j] in batch owners[j]."""
+        if self.columns is not None:
+            sums = self.columns.group_sums(members, owners, count)
+            return sums, sums.values[:, 0].astype(np.int64)
+        batches: list[list[int]] = [[] for _ in range(count)]
+        for i, k in zip(members.tolist(), owners.tolist()):
+            batches[k].append(i)
+        patches = self._patches
+        lengths = self._lengths
+        workloads = [self._cost.workload([lengths[i] for i in b], None if patches is None else [patches[i] for i in b])
+                     for b in batches]
+        return workloads, np.array([sum(lengths[i] for i in b) for b in batches], dtype=np.int64)
 
 
 class GroupTimer:
@@ -27,7 +87,7 @@ class GroupTimer:
         self._cache: dict[Any, tuple[int, np.ndarray, np.ndarray]] = {}
 
     def evaluate(
-        self, workloads: Sequence[Any], firsts: Sequence[int], top: int, width: int | None = None
+        self, workloads: Sequence[Any] | WorkloadColumns, firsts: Sequence[int], top: int, width: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """times[k, s], algos[k, s]: workload k on firsts[k] + s ranks, s < width (default: up to
         `top` for the smallest first degree); inf above `top` or `max_degree`."""
@@ -40,9 +100,9 @@ class GroupTimer:
         degrees = np.minimum(degrees, max(top, 1))
         table = getattr(self.cost, "best_time_table", None)
         if table is not None:
-            times, algos = table(list(workloads), degrees)
-            times = np.array(times, dtype=np.float64)
-            algos = np.array(algos, dtype=np.int64)
+            times, algos = table(workloads if isinstance(workloads, WorkloadColumns) else list(workloads), degrees)
+            times = np.asarray(times, dtype=np.float64)
+            algos = np.asarray(algos, dtype=np.int64)
             self.cost_calls += 1
         else:
             times = np.full(degrees.shape, np.inf)

@@ -43,15 +43,14 @@ def unlimited_memory_twin(cost: "CostModel") -> "CostModel":
 
 def undominated_samples(lengths: Sequence[int], patches: Sequence[int] | None) -> list[int]:
     """Samples that no other sample beats in both length and patches (one per identical pair)."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], -(patches[i] if patches else 0), i))
-    front: list[int] = []
-    most_patches = -1
-    for i in order:
-        p = patches[i] if patches else 0
-        if p > most_patches:
-            front.append(i)
-            most_patches = p
-    return front
+    length_arr = np.asarray(lengths, dtype=np.int64)
+    patch_arr = np.zeros_like(length_arr) if patches is None else np.asarray(patches, dtype=np.int64)
+    # Longest first, then most patches, then lowest index; a sample is on the front when it has more
+    # patches than every sample before it.
+    order = np.lexsort((np.arange(length_arr.size), -patch_arr, -length_arr))
+    sorted_patches = patch_arr[order]
+    before = np.maximum.accumulate(np.concatenate([[-1], sorted_patches[:-1]]))
+    return order[sorted_patches > before].tolist()
 
 
 def step_lower_bound(

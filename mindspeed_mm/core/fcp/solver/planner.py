@@ -1,25 +1,31 @@
 """`plan_batch`: the FCP planner for one global batch.
 
-Feasibility checks, round formation (several R tried), per round stage 1 packing + stage 2 degree
-assignment + local search (`round_layout`), node-aware placement, lower bound. Pure Python/numpy and
-deterministic: the same inputs give the same plan and digest on every rank.
+Feasibility checks, round formation, per round start groupings + stage 2 degree assignment + local
+search (`round_layout`), node-aware placement, lower bound. Pure Python/numpy and deterministic: the
+same inputs give the same plan and digest on every rank (every search budget is a count of moves).
+
+Small problems get the thorough search: every start grouping, several round counts and spreads,
+best-improvement local search. Larger ones get the lean one: the round count from the memory bound
+up, uniform start groupings of power-of-two group sizes (the sizes that won the first round count
+only, for the later ones), stopping at the first round count that does worse; then a local search
+with a budget of moves, skipped when the starts are already within `_GOOD_ENOUGH` of the lower bound.
 """
 from __future__ import annotations
 
 import logging
 import operator
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
-from mindspeed_mm.core.fcp.solver.packing import min_degree_for
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
-from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, SampleFacts, SearchLimits
+from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
 
 if TYPE_CHECKING:
@@ -29,10 +35,16 @@ logger = logging.getLogger(__name__)
 
 # Problems up to this many samples x ranks get the thorough search (every move, many R values).
 _SMALL_PROBLEM = 256
-_THOROUGH = SearchLimits(max_iterations=64, max_targets=1 << 30, max_movers=1 << 30,
-                         bin_fractions=(1.0, 0.75, 0.5), uniform_degrees=1 << 30, first_improvement=False)
-_FAST = SearchLimits(max_iterations=3, max_targets=3, max_movers=2, bin_fractions=(1.0,), uniform_degrees=1,
-                     first_improvement=True)
+_THOROUGH = SearchLimits(uniform_degrees=(), bin_fractions=(1.0, 0.75, 0.5), packing_starts=True, max_moves=64,
+                         max_evaluations=1 << 30, max_targets=1 << 30, max_movers=1 << 30, first_improvement=False)
+_LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=3, max_evaluations=40,
+                     max_targets=3, max_movers=2, first_improvement=True)
+# Lean search: round counts tried beyond the memory bound at most, and the plan / lower bound ratio
+# below which the local search is skipped.
+_LEAN_EXTRA_ROUNDS = 2
+_GOOD_ENOUGH = 1.01
+# Group sizes whose start in the first round is within this factor of the best stay candidates.
+_CLOSE_SIZES = 1.02
 
 
 def plan_batch(
@@ -48,27 +60,34 @@ def plan_batch(
     `InfeasibleSampleError` when a sample needs more ranks than `config.max_degree` allows.
     """
     started = time.perf_counter()
-    lengths = _checked_lengths(lengths)
-    patches = _checked_patches(patches, len(lengths))
+    length_arr = _checked_counts(lengths, "length", 1)
+    if patches is not None and len(patches) != len(length_arr):
+        raise ValueError(f"patches has {len(patches)} entries for {len(length_arr)} samples")
+    patch_list = None if patches is None else _checked_counts(patches, "patches", 0).tolist()
+    lengths = length_arr.tolist()
     n_ranks = config.num_ranks
     max_degree = config.degree_limit
     capacity = cost.capacity_tokens
-    mins = [min_degree_for(length, capacity) for length in lengths]
-    for i, m in enumerate(mins):
-        if m > max_degree:
-            raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
+    mins = np.maximum(1, -(-length_arr // capacity))
+    too_wide = np.flatnonzero(mins > max_degree)
+    if too_wide.size:
+        i = int(too_wide[0])
+        raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
 
-    workloads = [cost.workload([length], None if patches is None else [patches[i]])
-                 for i, length in enumerate(lengths)]
+    workloads = SampleWorkloads(cost, lengths, patch_list)
     timer = GroupTimer(cost, max_degree)
-    facts = _sample_facts(lengths, patches, workloads, mins, timer, capacity, max_degree)
-    lower_bound = step_lower_bound(cost, workloads, lengths, patches, timer, n_ranks,
-                                   min_rounds(lengths, n_ranks, capacity))
+    facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
+    fewest_rounds = min_rounds(lengths, n_ranks, capacity)
+    lower_bound = step_lower_bound(cost, workloads, lengths, patch_list, timer, n_ranks, fewest_rounds)
 
-    small = len(lengths) * n_ranks <= _SMALL_PROBLEM
-    solver = RoundSolver(facts, timer, capacity, n_ranks, _THOROUGH if small else _FAST)
-    best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds,
-                        extra_rounds=3 if small else 2, stop_when_worse=not small)
+    top = min(max_degree, n_ranks)
+    if len(lengths) * n_ranks <= _SMALL_PROBLEM:
+        solver = RoundSolver(facts, timer, capacity, n_ranks, replace(_THOROUGH, uniform_degrees=tuple(range(2, top + 1))))
+        best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3)
+    else:
+        sizes = tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length()))
+        solver = RoundSolver(facts, timer, capacity, n_ranks, replace(_LEAN, uniform_degrees=sizes))
+        best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound)
 
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node) for choice in best)
     straddling = sum(r[1] for r in rounds)
@@ -93,13 +112,12 @@ def _best_rounds(
     capacity: int,
     max_rounds: int | None,
     extra_rounds: int,
-    stop_when_worse: bool,
 ) -> list[RoundChoice]:
-    """Solves the batch for several round counts and keeps the lowest total predicted time; with
-    `stop_when_worse` the search ends at the first round count that does worse than the best so far."""
+    """Thorough search: solves the batch for several round counts, each with the LPT spread and the
+    fill spread, and keeps the lowest total predicted time."""
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
-    limit = min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
+    limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
     round_tokens = n_ranks * capacity
     # Candidate anchors of `fill_rounds`: the longest samples by device time, ranked by their
@@ -108,40 +126,76 @@ def _best_rounds(
     heavy_ms = {i: solver.best_ms(i) for i in heavy}
     anchors = sorted(heavy, key=lambda i: (-heavy_ms[i], i))
     count = tried[0]
-    kinds = ["lpt", "fill"]
     while count <= limit and (count <= tried[-1] or best is None):
-        results: dict[str, float] = {}
-        lpt_spread = None
-        for kind in kinds:
-            if kind == "lpt":
-                spread = spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)
-            elif count <= len(anchors):
-                spread = fill_rounds(facts.device_ms, lengths, anchors[:count],
-                                     [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples)
-            else:
-                spread = None
-            if spread is None or (kind == "fill" and spread == lpt_spread):
+        lpt_spread = spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)
+        fill_spread = None
+        if count <= len(anchors):
+            fill_spread = fill_rounds(facts.device_ms, lengths, anchors[:count],
+                                      [heavy_ms[i] for i in anchors[:count]], n_ranks, round_tokens, min_samples)
+        for spread in (lpt_spread, None if fill_spread == lpt_spread else fill_spread):
+            if spread is None:
                 continue
-            if kind == "lpt":
-                lpt_spread = spread
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
-                results[kind] = sum(r.makespan for r in solved)
-                if best is None or results[kind] < best[0]:
-                    best = (results[kind], solved)
-        if stop_when_worse and results:
-            # Large batches: later round counts only use the spread that did best, and stop at the
-            # first round count that does worse than the best so far.
-            kinds = [min(results, key=results.get)]
-            if min(results.values()) > best[0]:
-                break
+                total = sum(r.makespan for r in solved)
+                if best is None or total < best[0]:
+                    best = (total, solved)
         count += 1
     if best is None:
-        raise ValueError(
-            f"no plan fits the batch in at most max_rounds={limit} rounds on {n_ranks} ranks "
-            f"({capacity} tokens per rank)"
-        )
+        raise _no_plan(limit, n_ranks, capacity)
     return best[1]
+
+
+def _lean_rounds(
+    solver: RoundSolver,
+    facts: SampleFacts,
+    lengths: list[int],
+    n_ranks: int,
+    capacity: int,
+    max_rounds: int | None,
+    lower_bound: float,
+) -> list[RoundChoice]:
+    """Lean search for large batches: LPT spread per round count, the best uniform start per round
+    (all group sizes ranked on the first round, the close ones kept), stop at the first round count
+    that does worse; local search on the winner only."""
+    tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
+    limit = _round_limit(lengths, max_rounds)
+    min_samples = -(-n_ranks // solver.top_degree)
+    sizes: tuple[int, ...] = solver.limits.uniform_degrees
+    best: tuple[float, list[RoundStart]] | None = None
+    count = tried[0]
+    while count <= limit and (count <= tried[-1] or best is None):
+        spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples)
+        starts: list[RoundStart] = []
+        for samples in spread or ():
+            found = solver.starts(samples, sizes)
+            if not found:
+                break
+            if len(sizes) > 1:
+                # The first round ranks the group sizes; the other rounds and round counts try the
+                # close ones only.
+                close = [s.group_size for s in found if s.makespan <= _CLOSE_SIZES * found[0].makespan]
+                sizes = tuple(sorted(set(close[:2]) - {0})) or sizes
+            starts.append(found[0])
+        if spread is not None and len(starts) == len(spread):
+            total = sum(start.makespan for start in starts)
+            if best is not None and total >= best[0]:
+                break
+            best = (total, starts)
+        count += 1
+    if best is None:
+        raise _no_plan(limit, n_ranks, capacity)
+    improve = best[0] > _GOOD_ENOUGH * lower_bound
+    return [solver.finish(start, improve) for start in best[1]]
+
+
+def _round_limit(lengths: list[int], max_rounds: int | None) -> int:
+    return min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
+
+
+def _no_plan(limit: int, n_ranks: int, capacity: int) -> ValueError:
+    return ValueError(f"no plan fits the batch in at most max_rounds={limit} rounds on {n_ranks} ranks "
+                      f"({capacity} tokens per rank)")
 
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int) -> tuple[RoundPlan, int]:
@@ -155,50 +209,41 @@ def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int) -> tup
 
 
 def _sample_facts(
-    lengths: list[int], patches: list[int] | None, workloads: list, mins: list[int], timer: GroupTimer,
-    capacity: int, max_degree: int,
+    lengths: list[int], workloads: SampleWorkloads, mins: np.ndarray, timer: GroupTimer, capacity: int,
+    max_degree: int,
 ) -> SampleFacts:
     """Per-sample time at the minimum degree (and the device-time estimate built from it)."""
-    at_min, _ = timer.evaluate(workloads, mins, max_degree, width=1)
+    at_min, _ = timer.evaluate(workloads.every_sample(), mins, max_degree, width=1)
     at_min = at_min[:, 0]
-    device = at_min * np.array(mins, dtype=np.float64)
-    for i in np.flatnonzero(~np.isfinite(at_min)):
+    device = at_min * mins
+    for i in np.flatnonzero(~np.isfinite(at_min)).tolist():
         # No algo runs at the minimum degree (e.g. head divisibility): use the best allowed degree.
-        window = timer.window(workloads[i], mins[i], max_degree) * np.arange(mins[i], max_degree + 1)
+        first = int(mins[i])
+        window = timer.window(workloads[i], first, max_degree) * np.arange(first, max_degree + 1)
         if not np.isfinite(window).any():
-            raise InfeasibleSampleError(int(i), lengths[i], capacity, max_degree)
+            raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
         device[i] = float(np.min(window))
-    one_rank = np.where(np.array(mins) == 1, at_min, np.inf)
-    return SampleFacts(lengths, patches, workloads, device.tolist(), one_rank.tolist())
+    one_rank = np.where(mins == 1, at_min, np.inf)
+    return SampleFacts(lengths, workloads, mins.tolist(), device.tolist(), one_rank.tolist())
 
 
-def _checked_lengths(lengths: Sequence[int]) -> list[int]:
-    if len(lengths) == 0:
-        raise ValueError("lengths is empty: a global batch needs at least one sample")
-    out = []
-    for i, length in enumerate(lengths):
-        try:
-            value = operator.index(length)
-        except TypeError:
-            raise ValueError(f"sample {i}: length must be an integer, got {length!r}") from None
-        if isinstance(length, bool) or value <= 0:
-            raise ValueError(f"sample {i}: length must be a positive integer, got {length!r}")
-        out.append(int(value))
-    return out
-
-
-def _checked_patches(patches: Sequence[int] | None, count: int) -> list[int] | None:
-    if patches is None:
-        return None
-    if len(patches) != count:
-        raise ValueError(f"patches has {len(patches)} entries for {count} samples")
-    out = []
-    for i, value in enumerate(patches):
+def _checked_counts(values: Sequence[int], name: str, minimum: int) -> np.ndarray:
+    """Per-sample counts as int64; a ValueError naming the first bad sample (not an integer, a bool,
+    or below `minimum`)."""
+    if len(values) == 0:
+        if name == "length":
+            raise ValueError("lengths is empty: a global batch needs at least one sample")
+        return np.zeros(0, dtype=np.int64)
+    arr = np.asarray(values)
+    exact = isinstance(values, np.ndarray) or bool not in set(map(type, values))
+    if arr.ndim == 1 and arr.dtype.kind in "iu" and exact and arr.min() >= minimum:
+        return arr.astype(np.int64, copy=False)
+    rule = "a positive integer" if minimum > 0 else "a non-negative integer"
+    for i, value in enumerate(values):
         try:
             number = operator.index(value)
         except TypeError:
-            raise ValueError(f"sample {i}: patches must be an integer, got {value!r}") from None
-        if isinstance(value, bool) or number < 0:
-            raise ValueError(f"sample {i}: patches must be a non-negative integer, got {value!r}")
-        out.append(int(number))
-    return out
+            raise ValueError(f"sample {i}: {name} must be an integer, got {value!r}") from None
+        if isinstance(value, (bool, np.bool_)) or number < minimum:
+            raise ValueError(f"sample {i}: {name} must be {rule}, got {value!r}")
+    raise ValueError(f"{name} must be a flat list of integers")

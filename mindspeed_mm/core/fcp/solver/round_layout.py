@@ -1,45 +1,55 @@
 """One round: which samples run together (groups) and on how many ranks (degrees).
 
-Start groupings come from a time-balanced LPT packing aimed at the round's work bound, from
-uniform-degree packings, and from stage 1 (memory best-fit-decreasing); stage 2
-(`degree_dp.assign_degrees`) gives each grouping its optimal degrees. A short local search then
-works on the slowest group: split it, pull one of its samples out, merge it with a fast group, move
-one of its samples to a fast group, or merge the two fastest groups to free ranks for it, keeping
-every change that lowers the round's makespan.
+Start groupings come from uniform packings (groups of about g ranks, samples balanced by work per
+rank), from a time-balanced LPT packing aimed at the round's work bound, and from stage 1 (memory
+best-fit-decreasing); stage 2 (`degree_dp`) gives each grouping its optimal degrees and the best one
+is the round's start. A short local search then works on the slowest group: split it, pull one of
+its samples out, merge it with a fast group, move one of its samples to a fast group, or merge the
+two fastest groups to free ranks for it, keeping every change that lowers the round's makespan.
+
+Degree windows: group k is timed on degrees m_k .. m_k + W - 1 only, W about twice the round's
+average group size (enough for any balanced layout); when the optimal split leaves a group that sets
+the makespan on the last degree of its window, the windows are doubled and the split redone.
 """
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.degree_dp import assign_degrees, beats, optimal_makespan, realise
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
+from mindspeed_mm.core.fcp.solver.degree_dp import beats, optimal_makespan, realise
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest, min_degree_for
 
 # A change must shorten the round by more than this fraction to count as an improvement.
 _IMPROVEMENT_RTOL = 1e-9
 # Extra degree columns kept for local-search moves that free ranks (a merge frees at most one).
 _MOVE_MARGIN = 2
+# Degree window: twice the round's average group size plus this many degrees.
+_WINDOW_SLACK = 8
 
 
 @dataclass(frozen=True)
 class SearchLimits:
     """How hard the per-round search tries; the planner scales these with the batch size."""
 
-    max_iterations: int
+    uniform_degrees: tuple[int, ...]
+    """Group sizes g of the uniform start groupings."""
+    bin_fractions: tuple[float, ...]
+    """Fractions of the free ranks used as one-rank groups by the time-balanced (LPT) start grouping."""
+    packing_starts: bool
+    """Also start from the stage 1 memory packing and from one group per sample."""
+    max_moves: int
     """Improving moves accepted at most per round."""
+    max_evaluations: int
+    """Candidate moves evaluated at most per round (a work budget counted in moves, not seconds)."""
     max_targets: int
     """Fastest groups tried as destinations when moving a sample out of the slowest group."""
     max_movers: int
     """Samples of the slowest group (smallest first) tried for moving / pulling out."""
-    bin_fractions: tuple[float, ...]
-    """Fractions of the free ranks used as one-rank groups by the time-balanced (LPT) packing."""
-    uniform_degrees: int
-    """Degrees g = 2..this tried by the uniform packing (N // g groups of about g ranks each)."""
     first_improvement: bool
     """Take the first improving move instead of the best one."""
 
@@ -74,10 +84,10 @@ class SampleFacts:
 
     lengths: Sequence[int]
     """LLM tokens."""
-    patches: Sequence[int] | None
-    """Vision-encoder patches (None: no vision input)."""
-    workloads: Sequence[Any]
-    """Cost-model workload of each sample alone."""
+    workloads: SampleWorkloads
+    """Cost-model workloads of samples and of groups of samples."""
+    min_degrees: Sequence[int]
+    """Fewest ranks whose memory holds the sample."""
     device_ms: list[float]
     """Estimated rank-milliseconds: minimum degree x time on it."""
     one_rank_ms: list[float]
@@ -94,6 +104,26 @@ class _Group:
         self.min_degree = min_degree
         self.times = times  # best time on min_degree + s ranks, inf where not allowed
         self.algos = algos  # index of that best algo
+
+
+@dataclass(frozen=True)
+class RoundStart:
+    """A start grouping of a round, evaluated with its optimal degree split."""
+
+    members: np.ndarray
+    """The round's samples."""
+    owners: np.ndarray
+    """owners[j]: the group (0, 1, ...; none empty) of sample members[j]."""
+    makespan: float
+    """Optimal makespan of the groups."""
+    window: int
+    """Degree window the split was made with."""
+    group_size: int
+    """Group size g of the uniform grouping it came from (0: another start grouping)."""
+
+    def grouping(self) -> list[tuple[int, ...]]:
+        """The groups as ascending sample tuples, in ascending order."""
+        return _grouping(self.members, self.owners)
 
 
 class RoundSolver:
@@ -113,56 +143,102 @@ class RoundSolver:
 
     def best_ms(self, i: int) -> float:
         """Shortest time of sample i alone over every degree it may get."""
-        lo = min_degree_for(self.lengths[i], self.capacity_tokens)
-        return float(np.min(self.timer.window(self.facts.workloads[i], lo, self.top_degree)))
+        return float(np.min(self.timer.window(self.facts.workloads[i], self.facts.min_degrees[i], self.top_degree)))
 
     # ------------------------------------------------------------------ solving
     def solve(self, sample_ids: Sequence[int]) -> RoundChoice | None:
         """Best grouping and degrees found for these samples in one round (None: does not fit)."""
-        best: tuple[float, list[_Group]] | None = None
-        for grouping in self._initial_groupings(sample_ids):
-            spare = self.num_ranks - sum(min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens)
-                                         for g in grouping)
-            groups = self._groups(grouping, max(1, spare + 1 + _MOVE_MARGIN))
-            built = self._matrix(groups)
-            if built is None:
-                continue
-            makespan = optimal_makespan(*built)
-            if np.isfinite(makespan) and (best is None or makespan < best[0]):
-                best = (makespan, groups)
-        if best is None:
+        start = self.start(sample_ids)
+        return None if start is None else self.finish(start)
+
+    def start(self, sample_ids: Sequence[int], degrees: Sequence[int] | None = None) -> RoundStart | None:
+        """The best start grouping (see `starts`), None when nothing fits."""
+        found = self.starts(sample_ids, degrees)
+        return found[0] if found else None
+
+    def starts(self, sample_ids: Sequence[int], degrees: Sequence[int] | None = None) -> list[RoundStart]:
+        """The start groupings that fit, best optimal makespan first (ties: generation order):
+        uniform ones of these group sizes (default the limits'), plus the other start groupings when
+        the limits ask for them or when no uniform one fits."""
+        degrees = self.limits.uniform_degrees if degrees is None else degrees
+        found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
+                 if (start := self._evaluated(*candidate)) is not None]
+        if not found and not self.limits.packing_starts:
+            found = [start for candidate in self._start_assignments(sample_ids, (), True)
+                     if (start := self._evaluated(*candidate)) is not None]
+        return sorted(found, key=lambda start: start.makespan)
+
+    def finish(self, start: RoundStart, improve: bool = True) -> RoundChoice:
+        """The start (improved by the local search unless `improve` is False) with its degrees and algos."""
+        groups = self._groups(start.grouping(), start.window + _MOVE_MARGIN)
+        split = self._split(groups, start.window)
+        if split is None:
+            raise AssertionError("a start grouping that fitted no longer fits")
+        if improve:
+            groups = self._improve(groups, split[0], split[1])
+        return self._realise(groups, split[1])
+
+    def _evaluated(self, members: np.ndarray, owners: np.ndarray, count: int, size: int) -> RoundStart | None:
+        """The grouping given by (members, owners) with its optimal degree split, None when it cannot
+        fit. Times come straight from the batched workloads of the groups (no per-group objects)."""
+        if count > self.num_ranks:
             return None
-        return self._realise(self._improve(best[1], best[0]))
+        workloads, tokens = self.facts.workloads.assigned(members, owners, count)
+        mins = np.maximum(1, -(-tokens // self.capacity_tokens))
+        spare = self.num_ranks - int(mins.sum())
+        if spare < 0 or int(mins.max()) > self.top_degree:
+            return None
+        window = self._initial_window(count)
+        while True:
+            width = min(spare + 1, window)
+            times, _ = self.timer.evaluate(workloads, mins, self.top_degree, width)
+            makespan = optimal_makespan(times, spare)
+            if not math.isfinite(makespan):
+                return None
+            if width > spare or not _at_window_edge(times, makespan):
+                return RoundStart(members, owners, makespan, window, size)
+            window *= 2
 
-    def _initial_groupings(self, sample_ids: Sequence[int]) -> Iterator[list[tuple[int, ...]]]:
-        """Start groupings, time-balanced ones first, the memory packing of stage 1 after them."""
-        seen: list[list[tuple[int, ...]]] = []
+    def _start_assignments(
+        self, sample_ids: Sequence[int], degrees: Sequence[int], packings: bool
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
+        """(members, owners, group count, uniform group size or 0) of the start groupings:
+        time-balanced LPT ones, uniform ones, then (with `packings`) the memory packing of stage 1
+        and one group per sample. With `packings` (the thorough search), each grouping once."""
+        seen: set[tuple[tuple[int, ...], ...]] = set()
 
-        def fresh(groups: list[tuple[int, ...]] | None) -> bool:
-            if groups is None or groups in seen:
+        def fresh(groups: list[tuple[int, ...]]) -> bool:
+            if tuple(groups) in seen:
                 return False
-            seen.append(groups)
+            seen.add(tuple(groups))
             return True
 
-        for fraction in self.limits.bin_fractions:
+        for fraction in self.limits.bin_fractions if packings else ():
             groups = self._lpt_packing(sample_ids, fraction)
-            if fresh(groups):
-                yield groups
-        for degree in range(2, min(self.limits.uniform_degrees, self.top_degree) + 1):
-            groups = self._uniform_packing(sample_ids, degree)
-            if fresh(groups):
-                yield groups
-        packed = merge_smallest(
+            if groups is not None and fresh(groups):
+                yield (*_assignment(groups), 0)
+        for degree in degrees:
+            if degree <= self.top_degree:
+                packed = self._uniform_packing(sample_ids, degree)
+                if packed is not None and (not packings or fresh(_grouping(packed[0], packed[1]))):
+                    yield (*packed, degree)
+        if not packings:
+            return
+        if not self.limits.bin_fractions:
+            groups = self._lpt_packing(sample_ids, 1.0)
+            if groups is not None and fresh(groups):
+                yield (*_assignment(groups), 0)
+        stage_one = merge_smallest(
             best_fit_decreasing(sample_ids, self.lengths, self.capacity_tokens),
             self.num_ranks, self.top_degree, self.capacity_tokens,
         )
-        if packed is not None and fresh([g.samples for g in packed]):
-            yield [g.samples for g in packed]
+        if stage_one is not None and fresh([g.samples for g in stage_one]):
+            yield (*_assignment([g.samples for g in stage_one]), 0)
         singletons = [(i,) for i in sorted(sample_ids)]
         # The most groups possible: needed when a degree cap leaves fewer groups unable to occupy
         # every rank.
         if len(singletons) <= self.num_ranks and fresh(singletons):
-            yield singletons
+            yield (*_assignment(singletons), 0)
 
     def _lpt_packing(self, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
         """Time-balanced grouping aimed at the round's work bound tau = sum(device time) / N.
@@ -170,80 +246,84 @@ class RoundSolver:
         A sample that needs several ranks (memory) or alone takes longer than tau on one rank gets
         its own group, and about device_time / tau ranks are set aside for it. The other samples
         are spread longest first over `bin_fraction` of the remaining ranks, each to the one-rank
-        group with the least work that still has memory for it (LPT).
+        group with the least work that still has memory for it (else the one with the least work).
         """
-        ids = list(sample_ids)
         device = self.facts.device_ms
         one_rank_ms = self.facts.one_rank_ms
-        tau = sum(device[i] for i in ids) / self.num_ranks
+        tau = sum(device[i] for i in sample_ids) / self.num_ranks
         alone: list[tuple[int, ...]] = []
         shared: list[int] = []
         reserved = 0
-        for i in ids:
+        for i in sample_ids:
             one_rank = one_rank_ms[i]
             if one_rank > tau or not math.isfinite(one_rank):
                 alone.append((i,))
-                need = min_degree_for(self.lengths[i], self.capacity_tokens)
+                need = self.facts.min_degrees[i]
                 reserved += max(need, math.ceil(device[i] / tau)) if tau > 0 else need
             else:
                 shared.append(i)
         bins = min(len(shared), max(1, int((self.num_ranks - reserved) * bin_fraction)))
         groups = sorted(alone)
         if shared:
-            members: list[list[int]] = [[] for _ in range(bins)]
-            tokens = [0] * bins
-            heap = [(0.0, b) for b in range(bins)]
             shared.sort(key=lambda i: (-one_rank_ms[i], i))
-            for i in shared:
-                skipped = []
-                while heap and tokens[heap[0][1]] + self.lengths[i] > self.capacity_tokens:
-                    skipped.append(heapq.heappop(heap))
-                load, b = heapq.heappop(heap) if heap else skipped.pop(0)
-                members[b].append(i)
-                tokens[b] += self.lengths[i]
-                heapq.heappush(heap, (load + one_rank_ms[i], b))
-                for entry in skipped:
-                    heapq.heappush(heap, entry)
-            groups = sorted(groups + [tuple(sorted(m)) for m in members if m])
+            chosen = least_loaded_assignment(shared, one_rank_ms, self.lengths, [self.capacity_tokens] * bins,
+                                             overflow=True)
+            if chosen is None:
+                raise AssertionError("an assignment with overflow always places every item")
+            groups = sorted(groups + _grouping(np.array(shared), np.array(chosen)))
         if len(groups) > self.num_ranks or self._min_degree_sum(groups) > self.num_ranks:
             return None
         return groups
 
-    def _uniform_packing(self, sample_ids: Sequence[int], degree: int) -> list[tuple[int, ...]] | None:
-        """N // degree groups of `degree` ranks (the leftover ranks widen the first ones); samples
-        go longest first to the group with the least work per rank that has memory for them."""
-        count = self.num_ranks // degree
-        widths = [degree + (1 if k < self.num_ranks - count * degree else 0) for k in range(count)]
+    def _uniform_packing(self, sample_ids: Sequence[int], degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """Groups of about `degree` ranks. A sample that needs more ranks (memory) opens a group of
+        its own minimum degree; the other ranks form N' // degree groups (more, narrower ones when
+        the degree cap requires it; leftover ranks widen the first ones). The other samples go
+        longest first to the group with the least work per rank that has memory for them.
+        Returns (members, owners, group count) as for `_evaluated`."""
+        mins = self.facts.min_degrees
         device = self.facts.device_ms
-        members: list[list[int]] = [[] for _ in range(count)]
-        room = [w * self.capacity_tokens for w in widths]
-        heap = [(0.0, k) for k in range(count)]
-        for i in sorted(sample_ids, key=lambda i: (-device[i], i)):
-            skipped = []
-            while heap and room[heap[0][1]] < self.lengths[i]:
-                skipped.append(heapq.heappop(heap))
-            if not heap:
-                return None
-            load, k = heapq.heappop(heap)
-            members[k].append(i)
-            room[k] -= self.lengths[i]
-            heapq.heappush(heap, (load + device[i] / widths[k], k))
-            for entry in skipped:
-                heapq.heappush(heap, entry)
-        return sorted(tuple(sorted(m)) for m in members if m)
+        own = sorted(i for i in sample_ids if mins[i] > degree)
+        free = self.num_ranks - sum(mins[i] for i in own)
+        rest = sorted((i for i in sample_ids if mins[i] <= degree), key=lambda i: (-device[i], i))
+        if free < 0 or (rest and free == 0):
+            return None
+        count = min(max(1, free // degree), len(rest)) if rest else 0
+        if count and -(-free // count) > self.top_degree:
+            count = min(-(-free // self.top_degree), len(rest))
+        widths = [mins[i] for i in own] + [free // count + (1 if k < free % count else 0) for k in range(count)]
+        rooms = [w * self.capacity_tokens for w in widths]
+        loads = [0.0] * len(widths)
+        for k, i in enumerate(own):
+            rooms[k] -= self.lengths[i]
+            loads[k] = device[i] / widths[k]
+        chosen = least_loaded_assignment(rest, device, self.lengths, rooms, [1.0 / w for w in widths], loads)
+        if chosen is None:
+            return None
+        owners = np.array(list(range(len(own))) + chosen, dtype=np.int64)
+        # Renumber the groups that received samples 0, 1, ...
+        used = np.bincount(owners, minlength=len(widths)) > 0
+        owners = (np.cumsum(used) - 1)[owners]
+        return np.array(own + rest, dtype=np.int64), owners, int(used.sum())
 
     # ------------------------------------------------------------------ local search
-    def _improve(self, groups: list[_Group], makespan: float) -> list[_Group]:
-        for _ in range(self.limits.max_iterations):
-            base, spare = self._matrix(groups, margin=_MOVE_MARGIN)
+    def _improve(self, groups: list[_Group], makespan: float, window: int) -> list[_Group]:
+        evaluations = 0
+        for _ in range(self.limits.max_moves):
+            built = self._matrix(groups, window, margin=_MOVE_MARGIN)
+            if built is None or evaluations >= self.limits.max_evaluations:
+                break
+            base, spare = built
             extra = realise(base, spare, makespan)
             times = base[np.arange(len(groups)), extra]
             moves = list(self._neighbours(groups, int(np.argmax(times)), times))
-            self._groups([g for _, added in moves for g in added], spare + 1 + _MOVE_MARGIN)
+            moves = moves[: self.limits.max_evaluations - evaluations]
+            evaluations += len(moves)
+            self._groups([g for _, added in moves for g in added], window + _MOVE_MARGIN)
             target = makespan * (1 - _IMPROVEMENT_RTOL)
             best: tuple[float, list[_Group]] | None = None
             for removed, added in moves:
-                built = self._moved_matrix(groups, base, spare, removed, self._groups(added))
+                built = self._moved_matrix(groups, base, spare, removed, self._groups(added), window)
                 # One feasibility check rejects most candidates before the exact makespan is computed.
                 if built is None or not beats(built[0], built[1], target):
                     continue
@@ -258,23 +338,18 @@ class RoundSolver:
         return groups
 
     def _moved_matrix(self, groups: list[_Group], base: np.ndarray, spare: int, removed: set[int],
-                      added: list[_Group]) -> tuple[np.ndarray, int] | None:
+                      added: list[_Group], window: int) -> tuple[np.ndarray, int] | None:
         """The time matrix after a move, from the current one (`base`, `spare`) without rebuilding it."""
         count = len(groups) - len(removed) + len(added)
         new_spare = spare + sum(groups[k].min_degree for k in removed) - sum(g.min_degree for g in added)
         if count > self.num_ranks or new_spare < 0 or any(g.min_degree > self.top_degree for g in added):
             return None
-        if new_spare + 1 > base.shape[1]:
-            return self._matrix([g for k, g in enumerate(groups) if k not in removed] + added)
+        width = min(new_spare + 1, window)
+        if width > base.shape[1]:
+            return self._matrix([g for k, g in enumerate(groups) if k not in removed] + added, window)
         keep = np.ones(len(groups), dtype=bool)
         keep[list(removed)] = False
-        width = new_spare + 1
-        rows = np.full((len(added), width), np.inf)
-        self._widen(added, width)
-        for k, g in enumerate(added):
-            row = g.times[:width]
-            rows[k, : len(row)] = row
-        return np.concatenate([base[keep, :width], rows]), new_spare
+        return np.concatenate([base[keep, :width], self._rows(added, width)]), new_spare
 
     def _neighbours(
         self, groups: list[_Group], slow: int, times: np.ndarray
@@ -308,57 +383,100 @@ class RoundSolver:
         return tuple(sorted(halves[0])), tuple(sorted(halves[1]))
 
     # ------------------------------------------------------------------ evaluation
+    def _initial_window(self, groups: int) -> int:
+        """Degree window of a grouping of this many groups: twice the average group size + slack."""
+        return 2 * -(-self.num_ranks // max(1, groups)) + _WINDOW_SLACK
+
     def _groups(self, grouping: Sequence[tuple[int, ...]], width: int = 1) -> list[_Group]:
         """The groups of `grouping`; new ones are evaluated together on their first `width` degrees
         (more are added on demand by `_matrix`)."""
         new = [g for g in dict.fromkeys(grouping) if g not in self._known]
         if new:
-            mins = [min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens) for g in new]
-            times, algos = self.timer.evaluate([self._workload(g) for g in new], mins, self.top_degree, width)
+            workloads, tokens = self.facts.workloads.groups(new)
+            mins = [min_degree_for(t, self.capacity_tokens) for t in tokens.tolist()]
+            times, algos = self.timer.evaluate(workloads, mins, self.top_degree, width)
             for k, (g, m) in enumerate(zip(new, mins)):
                 self._known[g] = _Group(g, m, times[k], algos[k])
         return [self._known[g] for g in grouping]
-
-    def _workload(self, samples: tuple[int, ...]) -> Any:
-        patches = self.facts.patches
-        return self.timer.cost.workload([self.lengths[i] for i in samples],
-                                        None if patches is None else [patches[i] for i in samples])
 
     def _widen(self, groups: list[_Group], width: int) -> None:
         """Evaluates more degrees for groups known on fewer than `width` (up to the top degree)."""
         short = [g for g in groups if len(g.times) < min(width, self.top_degree - g.min_degree + 1)]
         if short:
             # Some slack, so that neighbouring moves with a little more spare reuse the rows.
-            times, algos = self.timer.evaluate([self._workload(g.samples) for g in short],
-                                               [g.min_degree for g in short], self.top_degree, width + 8)
+            workloads, _ = self.facts.workloads.groups([g.samples for g in short])
+            times, algos = self.timer.evaluate(workloads, [g.min_degree for g in short], self.top_degree, width + 8)
             for k, g in enumerate(short):
                 g.times, g.algos = times[k], algos[k]
 
-    def _matrix(self, groups: list[_Group], margin: int = 0) -> tuple[np.ndarray, int] | None:
+    def _rows(self, groups: list[_Group], width: int) -> np.ndarray:
+        """times[k, s] of group k on min_degree + s ranks, s < width (inf beyond what is known)."""
+        self._widen(groups, width)
+        rows = [g.times[:width] for g in groups]
+        if all(len(row) == width for row in rows):
+            return np.array(rows).reshape(len(rows), width)
+        times = np.full((len(groups), width), np.inf)
+        for k, row in enumerate(rows):
+            times[k, : len(row)] = row
+        return times
+
+    def _matrix(self, groups: list[_Group], window: int, margin: int = 0) -> tuple[np.ndarray, int] | None:
         """(times[k, s] of group k on min_degree + s ranks, spare ranks), None when the groups cannot
-        fit; `margin` more columns are kept for moves that free ranks."""
+        fit; at most `window` degrees per group, and `margin` more columns for moves that free ranks."""
         if len(groups) > self.num_ranks:
             return None
         spare = self.num_ranks - sum(g.min_degree for g in groups)
         if spare < 0 or max(g.min_degree for g in groups) > self.top_degree:
             return None
-        width = spare + 1 + margin
-        self._widen(groups, width)
-        times = np.full((len(groups), width), np.inf)
-        for k, g in enumerate(groups):
-            row = g.times[:width]
-            times[k, : len(row)] = row
-        return times, spare
+        return self._rows(groups, min(spare + 1, window) + margin), spare
+
+    def _split(self, groups: list[_Group], window: int) -> tuple[float, int, np.ndarray, int] | None:
+        """(optimal makespan, window used, time matrix, spare ranks), the window doubled while a group
+        that sets the makespan could still shorten beyond it; None when the groups cannot fit."""
+        while True:
+            built = self._matrix(groups, window)
+            if built is None:
+                return None
+            times, spare = built
+            makespan = optimal_makespan(times, spare)
+            if not math.isfinite(makespan) or times.shape[1] > spare or not _at_window_edge(times, makespan):
+                return makespan, window, times, spare
+            window *= 2
 
     def _min_degree_sum(self, grouping: list[tuple[int, ...]]) -> int:
         return sum(min_degree_for(sum(self.lengths[i] for i in g), self.capacity_tokens) for g in grouping)
 
-    def _realise(self, groups: list[_Group]) -> RoundChoice:
-        times, spare = self._matrix(groups)
-        choice = assign_degrees(times, spare)
+    def _realise(self, groups: list[_Group], window: int) -> RoundChoice:
+        split = self._split(groups, window)
+        if split is None or not math.isfinite(split[0]):
+            raise AssertionError("a round that fitted before the local search no longer fits")
+        makespan, _, times, spare = split
+        extra = realise(times, spare, makespan)
         chosen = [
-            GroupChoice(g.samples, g.min_degree + int(extra), self.timer.cost.algos[int(g.algos[extra])],
-                        float(g.times[extra]))
-            for g, extra in zip(groups, choice.extra)
+            GroupChoice(g.samples, g.min_degree + int(s), self.timer.cost.algos[int(g.algos[s])], float(g.times[s]))
+            for g, s in zip(groups, extra)
         ]
-        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), choice.makespan)
+        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), float(times[np.arange(len(groups)), extra].max()))
+
+
+def _at_window_edge(times: np.ndarray, makespan: float) -> bool:
+    """Whether a group whose shortest time in its window is at the window's last degree sets the
+    makespan (so a wider window might shorten it)."""
+    best = times.min(axis=1)
+    return bool(np.any((times[:, -1] <= best) & (best >= makespan)))
+
+
+def _grouping(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
+    """Ascending sample tuples of the groups (owners numbered 0, 1, ...), in ascending order."""
+    if members.size == 0:
+        return []
+    order = np.lexsort((members, owners))
+    bounds = np.flatnonzero(np.diff(owners[order])) + 1
+    return sorted(tuple(chunk.tolist()) for chunk in np.split(members[order], bounds))
+
+
+def _assignment(grouping: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, int]:
+    """(members, owners, group count) of a grouping."""
+    sizes = [len(g) for g in grouping]
+    members = np.fromiter((i for g in grouping for i in g), dtype=np.int64, count=sum(sizes))
+    return members, np.repeat(np.arange(len(grouping)), sizes), len(grouping)
