@@ -44,7 +44,7 @@ def test_profile_and_validate_a_tiny_grid(tmp_path: Path, capsys: pytest.Capture
     validate_plan(plan, lengths, cost)
 
     report = json.loads(report_path.read_text())
-    assert len(report["cases"]) == 4 and report["passes"] == 2
+    assert len(report["cases"]) == 8 and report["passes"] == 2
     kinds = {(c["degree"], c["algo"]) for c in report["cases"]}
     assert kinds == {(2, "ring"), (2, "ulysses"), (1, "local")}
     for case in report["cases"]:

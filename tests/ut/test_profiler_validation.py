@@ -24,7 +24,7 @@ def test_default_rounds_cover_every_degree_and_both_algos() -> None:
     rounds = default_rounds(4, SHAPE)
     check_rounds(rounds, 4, SHAPE)
     groups = [g for r in rounds for g in r.groups]
-    assert len(groups) >= 12
+    assert len(groups) >= 24
     kinds = {(g.degree, g.algo if g.degree > 1 else "local") for g in groups}
     assert kinds >= {(1, "local"), (2, "ring"), (3, "ring"), (4, "ring"), (2, "ulysses"), (4, "ulysses")}
     assert (3, "ulysses") not in kinds
@@ -32,7 +32,7 @@ def test_default_rounds_cover_every_degree_and_both_algos() -> None:
         # Groups of a round carry the same tokens per rank, so no rank idles while others work.
         per_rank = {sum(g.lengths) / g.degree for g in r.groups}
         assert len(per_rank) == 1
-    assert all(len(g.lengths) >= 2 for g in groups)           # mixed packed batches
+    assert sum(len(g.lengths) >= 2 for g in groups) >= 0.9 * len(groups)   # mostly mixed packed batches
     assert default_rounds(4, SHAPE) == rounds                 # deterministic
 
 

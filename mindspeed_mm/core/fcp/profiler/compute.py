@@ -55,7 +55,7 @@ def _qkv(shape: ModelShape, q_len: int, kv_len: int, dtype: torch.dtype, device:
 
 def attention_samples(shape: ModelShape, kind: str, length: int, docs: int, dtype: str, repeats: Repeats,
                       seed: int, *, forward_too: bool = True) -> tuple[Samples, Samples | None]:
-    """(forward + backward, forward alone or None) of one layer's attention core over ``docs`` documents of ``length`` tokens.
+    """(forward + backward, forward alone or None) of one layer's attention core, ``docs`` documents of ``length``.
 
     ``causal`` / ``full`` go through ``fcp_attention`` on a group of one (the code a ring step or
     Ulysses runs locally); ``block`` calls the device's varlen kernel on the off-diagonal block of

@@ -83,7 +83,10 @@ def rank_device(config: ProfileConfig, rank: int) -> torch.device:
     """The device of a rank: the CPU, or the accelerator with the rank's local index."""
     if config.device == "cpu":
         return torch.device("cpu")
-    count = torch.cuda.device_count() if config.device == "cuda" else torch.npu.device_count()  # type: ignore[attr-defined]
+    if config.device == "cuda":
+        count = torch.cuda.device_count()
+    else:
+        count = torch.npu.device_count()  # type: ignore[attr-defined]
     device = torch.device(config.device, rank % count)
     if config.device == "cuda":
         torch.cuda.set_device(device)

@@ -10,11 +10,10 @@ load hit every case alike.
 """
 from __future__ import annotations
 
-import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +32,6 @@ from mindspeed_mm.core.fcp.profiler.environment import load_average
 from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS, check_clock, summarize, synchronize
 from mindspeed_mm.core.fcp.profiler.world import run_world
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
-
-logger = logging.getLogger(__name__)
 
 TARGET_MAPE_PERCENT = 10.0
 """Acceptance bound on the mean absolute percentage error."""
@@ -150,12 +147,13 @@ def _load(load: tuple[float, float, float] | None) -> str:
     return "n/a" if load is None else "/".join(f"{x:.1f}" for x in load)
 
 
-def default_rounds(world_size: int, shape: ModelShape, *, seed: int = 0, tokens_per_rank: Sequence[int] = (160, 320),
+def default_rounds(world_size: int, shape: ModelShape, *, seed: int = 0, tokens_per_rank: Sequence[int] = (128, 384),
                    length_scale: float = 64.0, min_length: int = 8) -> list[ValidationRound]:
     """Rounds covering degrees 1..world_size with ring and Ulysses (where the model's heads allow it).
 
-    Batches are openvid lengths scaled down for CPU (as the tiny training configs do), packed until
-    every group holds `tokens_per_rank` x degree tokens, so the groups of a round carry equal load.
+    Every layout runs once per entry of `tokens_per_rank`. Batches are openvid lengths scaled down
+    for CPU (as the tiny training configs do), packed until every group holds that many tokens per
+    rank, so the groups of a round carry equal load.
     """
     if world_size < 2:
         raise ValueError(f"validation needs a world of at least 2 ranks, got {world_size}")
@@ -168,21 +166,22 @@ def default_rounds(world_size: int, shape: ModelShape, *, seed: int = 0, tokens_
         if d in ulysses:
             layouts.append([(d, "ulysses")] * (world_size // d) + rest)
     layouts.append([(1, "ring")] * world_size)
-    if 2 in ulysses and world_size >= 3:
-        layouts.append([(2, "ring"), (2, "ulysses")][: world_size // 2] + [(1, "ring")] * (world_size % 2))
+    if 2 in ulysses and world_size >= 4:
+        mixed = [(2, "ring" if index % 2 == 0 else "ulysses") for index in range(world_size // 2)]
+        layouts.append(mixed + [(1, "ring")] * (world_size % 2))
     rounds = []
-    for index, layout in enumerate(layouts):
-        budget = tokens_per_rank[index % len(tokens_per_rank)]
-        first, groups = 0, []
-        for degree, algo in layout:
-            lengths = _pack(pool, budget * degree)
-            groups.append(ValidationGroup(tuple(range(first, first + degree)), algo, lengths))
-            first += degree
-        rounds.append(ValidationRound(tuple(groups)))
+    for budget in tokens_per_rank:
+        for layout in layouts:
+            first, groups = 0, []
+            for degree, algo in layout:
+                lengths = _pack(pool, budget * degree)
+                groups.append(ValidationGroup(tuple(range(first, first + degree)), algo, lengths))
+                first += degree
+            rounds.append(ValidationRound(tuple(groups)))
     return rounds
 
 
-def _pack(pool, tokens: int) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+def _pack(pool: Iterator[int], tokens: int) -> tuple[int, ...]:
     """Take lengths from the pool until `tokens`; the last one is cut so the batch holds exactly `tokens`."""
     lengths: list[int] = []
     while sum(lengths) < tokens:

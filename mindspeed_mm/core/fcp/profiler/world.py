@@ -6,7 +6,6 @@ thread, so ranks do not fight over cores more than the world size forces them to
 """
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import tempfile
@@ -20,8 +19,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 BACKENDS = ("gloo", "nccl", "hccl")
