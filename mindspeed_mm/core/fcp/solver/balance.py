@@ -46,20 +46,35 @@ def least_loaded_assignment(
         order_sizes = np.fromiter((sizes[i] for i in order), dtype=np.int64, count=len(order))
         useful = np.minimum.accumulate(order_sizes[::-1])[::-1].tolist() + [1 << 62]
     out = [0] * len(order)
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
     for pos, i in enumerate(order):
         size = sizes[i]
         while by_room and -by_room[0][0] >= size:
-            _, b = heapq.heappop(by_room)
-            heapq.heappush(by_load, (load[b], b))
+            b = heappop(by_room)[1]
+            heappush(by_load, (load[b], b))
+        if by_load:
+            least, b = by_load[0]
+            if room[b] >= size:
+                # Common case: the least-loaded bin has room (heap entries always hold current loads).
+                left = room[b] - size
+                room[b] = left
+                least += weights[i] * scale[b]
+                load[b] = least
+                out[pos] = b
+                if left >= useful[pos + 1]:
+                    heapreplace(by_load, (least, b))
+                else:
+                    heappop(by_load)
+                continue
         chosen = -1
         while by_load:
             b = by_load[0][1]
             if room[b] >= size:
                 chosen = b
                 break
-            heapq.heappop(by_load)
+            heappop(by_load)
             if room[b] >= useful[pos]:
-                heapq.heappush(by_room, (-room[b], b))
+                heappush(by_room, (-room[b], b))
         if chosen < 0:
             if not overflow:
                 return None
@@ -73,9 +88,9 @@ def least_loaded_assignment(
         room[chosen] -= size
         if by_load and by_load[0][1] == chosen:
             if room[chosen] >= useful[pos + 1]:
-                heapq.heapreplace(by_load, (load[chosen], chosen))
+                heapreplace(by_load, (load[chosen], chosen))
             else:
-                heapq.heappop(by_load)
+                heappop(by_load)
         elif room[chosen] >= useful[pos + 1]:
-            heapq.heappush(by_load, (load[chosen], chosen))
+            heappush(by_load, (load[chosen], chosen))
     return out

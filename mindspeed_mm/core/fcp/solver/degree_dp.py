@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Above this many DP cell updates (K * (spare + 1)^2) the threshold search is used instead.
+# Above this many DP cell updates (K * (spare + 1)^2), or this many groups (one numpy pass each), the
+# threshold search is used instead.
 _DP_WORK_LIMIT = 500
+_DP_GROUP_LIMIT = 8
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def optimal_makespan(extra_times: np.ndarray, spare: int) -> float:
     """Optimal makespan (inf when the spare ranks cannot be split exactly), by the cheaper solver."""
     if spare < 0 or extra_times.shape[0] == 0:
         return float("inf")
-    if extra_times.shape[0] * (spare + 1) ** 2 <= _DP_WORK_LIMIT:
+    if extra_times.shape[0] <= _DP_GROUP_LIMIT and extra_times.shape[0] * (spare + 1) ** 2 <= _DP_WORK_LIMIT:
         return dp_makespan(extra_times, spare)
     return threshold_makespan(extra_times, spare)
 

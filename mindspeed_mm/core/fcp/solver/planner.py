@@ -37,12 +37,12 @@ logger = logging.getLogger(__name__)
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(uniform_degrees=(), bin_fractions=(1.0, 0.75, 0.5), packing_starts=True, max_moves=64,
                          max_evaluations=1 << 30, max_targets=1 << 30, max_movers=1 << 30, first_improvement=False)
-_LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=3, max_evaluations=40,
+_LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=2, max_evaluations=12,
                      max_targets=3, max_movers=2, first_improvement=True)
 # Lean search: round counts tried beyond the memory bound at most, and the plan / lower bound ratio
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
-_GOOD_ENOUGH = 1.01
+_GOOD_ENOUGH = 1.05
 # Group sizes whose start in the first round is within this factor of the best stay candidates.
 _CLOSE_SIZES = 1.02
 
@@ -157,7 +157,7 @@ def _lean_rounds(
 ) -> list[RoundChoice]:
     """Lean search for large batches: LPT spread per round count, the best uniform start per round
     (all group sizes ranked on the first round, the close ones kept), stop at the first round count
-    that does worse; local search on the winner only."""
+    that does worse (or that its solved rounds project to do worse); local search on the winner only."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
@@ -167,7 +167,8 @@ def _lean_rounds(
     while count <= limit and (count <= tried[-1] or best is None):
         spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples)
         starts: list[RoundStart] = []
-        for samples in spread or ():
+        work = [sum(facts.device_ms[i] for i in samples) for samples in spread or ()]
+        for r, samples in enumerate(spread or ()):
             found = solver.starts(samples, sizes)
             if not found:
                 break
@@ -177,16 +178,29 @@ def _lean_rounds(
                 close = [s.group_size for s in found if s.makespan <= _CLOSE_SIZES * found[0].makespan]
                 sizes = tuple(sorted(set(close[:2]) - {0})) or sizes
             starts.append(found[0])
+            if best is not None and _projected_total(starts, work) >= best[0]:
+                break
         if spread is not None and len(starts) == len(spread):
             total = sum(start.makespan for start in starts)
-            if best is not None and total >= best[0]:
-                break
-            best = (total, starts)
+            if best is None or total < best[0]:
+                best = (total, starts)
+                count += 1
+                continue
+        if best is not None:
+            break
         count += 1
     if best is None:
         raise _no_plan(limit, n_ranks, capacity)
     improve = best[0] > _GOOD_ENOUGH * lower_bound
     return [solver.finish(start, improve) for start in best[1]]
+
+
+def _projected_total(starts: list[RoundStart], work: list[float]) -> float:
+    """Step time of a spread whose first rounds have these starts: the rounds still to solve are
+    projected from their device time at the makespan per device-ms of the solved ones."""
+    done = len(starts)
+    solved = sum(start.makespan for start in starts)
+    return solved + solved / sum(work[:done]) * sum(work[done:])
 
 
 def _round_limit(lengths: list[int], max_rounds: int | None) -> int:

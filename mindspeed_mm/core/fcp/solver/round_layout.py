@@ -22,6 +22,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 from mindspeed_mm.core.fcp.solver.degree_dp import beats, optimal_makespan, realise
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.lower_bound import unlimited_memory_twin
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest, min_degree_for
 
 # A change must shorten the round by more than this fraction to count as an improvement.
@@ -120,10 +121,20 @@ class RoundStart:
     """Degree window the split was made with."""
     group_size: int
     """Group size g of the uniform grouping it came from (0: another start grouping)."""
+    min_degrees: np.ndarray
+    """Minimum degree of each group (memory)."""
+    times: np.ndarray
+    """times[k, s]: best time of group k on min_degrees[k] + s ranks."""
+    algos: np.ndarray
+    """Index of that best algo."""
 
     def grouping(self) -> list[tuple[int, ...]]:
-        """The groups as ascending sample tuples, in ascending order."""
-        return _grouping(self.members, self.owners)
+        """The groups as ascending sample tuples, group 0 first."""
+        if self.members.size == 0:
+            return []
+        order = np.lexsort((self.members, self.owners))
+        bounds = np.flatnonzero(np.diff(self.owners[order])) + 1
+        return [tuple(chunk.tolist()) for chunk in np.split(self.members[order], bounds)]
 
 
 class RoundSolver:
@@ -140,6 +151,10 @@ class RoundSolver:
         self.top_degree = min(timer.max_degree, num_ranks)
         self.limits = limits
         self._known: dict[tuple[int, ...], _Group] = {}
+        self._twin: GroupTimer | None = None
+        self._mins = np.asarray(facts.min_degrees, dtype=np.int64)
+        self._device = np.asarray(facts.device_ms, dtype=np.float64)
+        self._marginal: dict[int, list[float]] = {}
 
     def best_ms(self, i: int) -> float:
         """Shortest time of sample i alone over every degree it may get."""
@@ -161,22 +176,79 @@ class RoundSolver:
         uniform ones of these group sizes (default the limits'), plus the other start groupings when
         the limits ask for them or when no uniform one fits."""
         degrees = self.limits.uniform_degrees if degrees is None else degrees
-        found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
-                 if (start := self._evaluated(*candidate)) is not None]
+        if self.limits.packing_starts or len(degrees) < 2:
+            found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
+                     if (start := self._evaluated(*candidate)) is not None]
+        else:
+            found = self._ranked_uniform_starts(sample_ids, degrees)
         if not found and not self.limits.packing_starts:
             found = [start for candidate in self._start_assignments(sample_ids, (), True)
                      if (start := self._evaluated(*candidate)) is not None]
         return sorted(found, key=lambda start: start.makespan)
 
+    def _ranked_uniform_starts(self, sample_ids: Sequence[int], degrees: Sequence[int]) -> list[RoundStart]:
+        """Uniform starts, tried in the order of their balanced estimate (`_balanced_estimates`); a
+        size whose estimate is no better than a start already found is not tried."""
+        usable = [d for d in degrees if d <= self.top_degree]
+        estimates = self._balanced_estimates(sample_ids, usable)
+        by_work = self._by_work(sample_ids)
+        found: list[RoundStart] = []
+        for estimate, degree in sorted(zip(estimates, usable)):
+            if found and estimate >= min(start.makespan for start in found):
+                break
+            packed = self._uniform_packing(by_work, degree)
+            start = None if packed is None else self._evaluated(*packed, degree)
+            if start is not None:
+                found.append(start)
+        return found
+
+    def _balanced_estimate_twin(self) -> GroupTimer:
+        """Times on the cost model without its memory limit."""
+        if self._twin is None:
+            self._twin = GroupTimer(unlimited_memory_twin(self.timer.cost), self.top_degree)
+        return self._twin
+
+    def _balanced_estimates(self, sample_ids: Sequence[int], degrees: Sequence[int]) -> list[float]:
+        """Per group size g: the round's makespan if its work were split evenly over N // g groups of
+        g ranks, F + (T(round, g) - F) / (N // g), F the time of an empty group (memory ignored). A
+        uniform start of size g rarely beats it: the estimate skips sizes that cannot win."""
+        members = np.asarray(sample_ids, dtype=np.int64)
+        # Group 0: the whole round; group 1: empty.
+        workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
+        times, _ = self._balanced_estimate_twin().evaluate(workloads, [1, 1], max(degrees), max(degrees))
+        whole, empty = times[0], times[1]
+        return [float(empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (self.num_ranks // d)) for d in degrees]
+
+    def _marginal_ms(self, degree: int) -> list[float]:
+        """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory
+        ignored), memoised per degree."""
+        found = self._marginal.get(degree)
+        if found is None:
+            workloads = self.facts.workloads
+            count = len(workloads)
+            members = np.arange(count, dtype=np.int64)
+            # One group per sample plus an empty one.
+            batches, _ = workloads.assigned(members, members, count + 1)
+            times, _ = self._balanced_estimate_twin().evaluate(batches, [degree] * (count + 1), degree, 1)
+            found = (times[:count, 0] - times[count, 0]).tolist()
+            self._marginal[degree] = found
+        return found
+
     def finish(self, start: RoundStart, improve: bool = True) -> RoundChoice:
         """The start (improved by the local search unless `improve` is False) with its degrees and algos."""
-        groups = self._groups(start.grouping(), start.window + _MOVE_MARGIN)
-        split = self._split(groups, start.window)
-        if split is None:
-            raise AssertionError("a start grouping that fitted no longer fits")
+        groups = []
+        for k, samples in enumerate(start.grouping()):
+            group = self._known.get(samples)
+            if group is None:
+                group = _Group(samples, int(start.min_degrees[k]), start.times[k], start.algos[k])
+                self._known[samples] = group
+            groups.append(group)
         if improve:
-            groups = self._improve(groups, split[0], split[1])
-        return self._realise(groups, split[1])
+            improved = self._improve(groups, start.makespan, start.window)
+            if improved is not groups:
+                return self._realise(improved, start.window)
+        spare = self.num_ranks - int(start.min_degrees.sum())
+        return self._chosen(groups, start.times, realise(start.times, spare, start.makespan))
 
     def _evaluated(self, members: np.ndarray, owners: np.ndarray, count: int, size: int) -> RoundStart | None:
         """The grouping given by (members, owners) with its optimal degree split, None when it cannot
@@ -191,12 +263,12 @@ class RoundSolver:
         window = self._initial_window(count)
         while True:
             width = min(spare + 1, window)
-            times, _ = self.timer.evaluate(workloads, mins, self.top_degree, width)
+            times, algos = self.timer.evaluate(workloads, mins, self.top_degree, width)
             makespan = optimal_makespan(times, spare)
             if not math.isfinite(makespan):
                 return None
             if width > spare or not _at_window_edge(times, makespan):
-                return RoundStart(members, owners, makespan, window, size)
+                return RoundStart(members, owners, makespan, window, size, mins, times, algos)
             window *= 2
 
     def _start_assignments(
@@ -217,9 +289,10 @@ class RoundSolver:
             groups = self._lpt_packing(sample_ids, fraction)
             if groups is not None and fresh(groups):
                 yield (*_assignment(groups), 0)
+        by_work = self._by_work(sample_ids)
         for degree in degrees:
             if degree <= self.top_degree:
-                packed = self._uniform_packing(sample_ids, degree)
+                packed = self._uniform_packing(by_work, degree)
                 if packed is not None and (not packings or fresh(_grouping(packed[0], packed[1]))):
                     yield (*packed, degree)
         if not packings:
@@ -275,29 +348,36 @@ class RoundSolver:
             return None
         return groups
 
-    def _uniform_packing(self, sample_ids: Sequence[int], degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+    def _by_work(self, sample_ids: Sequence[int]) -> np.ndarray:
+        """The samples, most device time first (ties: lowest index)."""
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        return ids[np.lexsort((ids, -self._device[ids]))]
+
+    def _uniform_packing(self, by_work: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
         """Groups of about `degree` ranks. A sample that needs more ranks (memory) opens a group of
         its own minimum degree; the other ranks form N' // degree groups (more, narrower ones when
-        the degree cap requires it; leftover ranks widen the first ones). The other samples go
-        longest first to the group with the least work per rank that has memory for them.
-        Returns (members, owners, group count) as for `_evaluated`."""
-        mins = self.facts.min_degrees
-        device = self.facts.device_ms
-        own = sorted(i for i in sample_ids if mins[i] > degree)
-        free = self.num_ranks - sum(mins[i] for i in own)
-        rest = sorted((i for i in sample_ids if mins[i] <= degree), key=lambda i: (-device[i], i))
+        the degree cap requires it; leftover ranks widen the first ones). The other samples go, most
+        device time first (`by_work` order), to the group with the least time per rank that has
+        memory for them, a sample adding its marginal time at `degree` ranks. Returns (members,
+        owners, group count) as for `_evaluated`."""
+        wide = self._mins[by_work] > degree
+        own = np.sort(by_work[wide]).tolist()
+        rest = by_work[~wide].tolist()
+        free = self.num_ranks - int(self._mins[own].sum())
         if free < 0 or (rest and free == 0):
             return None
         count = min(max(1, free // degree), len(rest)) if rest else 0
         if count and -(-free // count) > self.top_degree:
             count = min(-(-free // self.top_degree), len(rest))
+        mins = self.facts.min_degrees
         widths = [mins[i] for i in own] + [free // count + (1 if k < free % count else 0) for k in range(count)]
         rooms = [w * self.capacity_tokens for w in widths]
         loads = [0.0] * len(widths)
         for k, i in enumerate(own):
             rooms[k] -= self.lengths[i]
-            loads[k] = device[i] / widths[k]
-        chosen = least_loaded_assignment(rest, device, self.lengths, rooms, [1.0 / w for w in widths], loads)
+            loads[k] = self.facts.device_ms[i] / widths[k]
+        weights = self._marginal_ms(degree)
+        chosen = least_loaded_assignment(rest, weights, self.lengths, rooms, [degree / w for w in widths], loads)
         if chosen is None:
             return None
         owners = np.array(list(range(len(own))) + chosen, dtype=np.int64)
@@ -451,12 +531,15 @@ class RoundSolver:
         if split is None or not math.isfinite(split[0]):
             raise AssertionError("a round that fitted before the local search no longer fits")
         makespan, _, times, spare = split
-        extra = realise(times, spare, makespan)
+        return self._chosen(groups, times, realise(times, spare, makespan))
+
+    def _chosen(self, groups: list[_Group], times: np.ndarray, extra: np.ndarray) -> RoundChoice:
+        """The round with group k on min_degree + extra[k] ranks (times[k, s] as in `_matrix`)."""
         chosen = [
-            GroupChoice(g.samples, g.min_degree + int(s), self.timer.cost.algos[int(g.algos[s])], float(g.times[s]))
-            for g, s in zip(groups, extra)
+            GroupChoice(g.samples, g.min_degree + int(s), self.timer.cost.algos[int(g.algos[s])], float(times[k, s]))
+            for k, (g, s) in enumerate(zip(groups, extra.tolist()))
         ]
-        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), float(times[np.arange(len(groups)), extra].max()))
+        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), max(c.predicted_ms for c in chosen))
 
 
 def _at_window_edge(times: np.ndarray, makespan: float) -> bool:

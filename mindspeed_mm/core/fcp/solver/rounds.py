@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 
 
@@ -50,7 +52,9 @@ def spread_over_rounds(
     """
     if len(lengths) < num_rounds * min_samples:
         return None
-    order = sorted(range(len(lengths)), key=lambda i: (-device_ms[i], -lengths[i], i))
+    if num_rounds == 1:
+        return [list(range(len(lengths)))] if sum(lengths) <= round_capacity_tokens else None
+    order = np.lexsort((np.arange(len(lengths)), -np.asarray(lengths), -np.asarray(device_ms))).tolist()
     rounds = least_loaded_assignment(order, device_ms, lengths, [round_capacity_tokens] * num_rounds)
     if rounds is None:
         return None
