@@ -1,6 +1,7 @@
 """Profile tables from known measurements: every figure, round trip, planner use, atomic writes, cost fields."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -106,6 +107,10 @@ def test_transfers_a_step_cannot_hide_are_charged_as_the_busy_step_shows() -> No
     # All-to-all at the largest group: x is the bytes sent to the other ranks.
     np.testing.assert_allclose(added.all_to_all_intra_ms.x, [b * 2 / 3 for b in CONFIG.message_bytes])
     np.testing.assert_allclose(added.all_to_all_intra_ms.y, [0.8 + b * 2e-6 for b in CONFIG.message_bytes])
+    # Every group size keeps its own curve; the Ulysses model picks the one of its degree.
+    assert added.all_to_all_by_group_size_ms is not None and set(added.all_to_all_by_group_size_ms) == {2, 3}
+    np.testing.assert_allclose(added.all_to_all_by_group_size_ms[2].y, [0.7 + b * 2e-6 for b in CONFIG.message_bytes])
+    assert added.all_to_all_by_group_size_ms[3] == added.all_to_all_intra_ms
     hidden = table_of("hidden").time
     assert hidden.comm_overlap == 1.0
     np.testing.assert_allclose(hidden.p2p_intra_ms.y, [p2p_alone(b) for b in CONFIG.message_bytes])
@@ -151,12 +156,30 @@ def test_ring_steps_use_the_off_diagonal_block_and_add_unhidden_transfers() -> N
     assert block < diag   # the table's off-diagonal block is cheaper than a causal step here
     kv = c.kv_bytes_per_token * tokens / d
     p2p = cost.table.time.p2p_intra_ms
-    layers = cost.table.layers_per_stage
-    p_fwd, p_bwd = layers * p2p(kv), layers * p2p(2 * kv)   # backward: K, V and their gradients
+    one = cost.table.layers_per_stage * p2p(kv)
     f = c.attention_forward_fraction
-    expected = (diag + (d - 1) * ((block * f + p_fwd) + (block * (1 - f) + p_bwd))
+    # Nothing hidden: a forward step sends K, V; a backward step K, V and the gradients; then the
+    # gradients' last hop home.
+    expected = (diag + (d - 1) * ((block * f + one) + (block * (1 - f) + 2 * one)) + one
                 + c.per_token_ms * tokens / d + c.launch_ms)
     assert cost.group_time_ms(w, d, "ring") == pytest.approx(expected)
+
+
+def test_ulysses_charges_the_all_to_all_of_its_own_group_size() -> None:
+    table = table_of()
+    cost = CostModel(table, max_tokens_per_rank=10_000)
+    w = cost.workload([96, 40, 200])
+    per_size = {size: CostModel(_with_a2a_everywhere(table, grid), max_tokens_per_rank=10_000)
+                for size, grid in table.time.all_to_all_by_group_size_ms.items()}
+    # Tiny's 4 heads allow Ulysses on 2 ranks; its time equals a table whose only a2a curve is size 2's.
+    assert cost.group_time_ms(w, 2, "ulysses") == pytest.approx(per_size[2].group_time_ms(w, 2, "ulysses"))
+    assert cost.group_time_ms(w, 2, "ulysses") < per_size[3].group_time_ms(w, 2, "ulysses")
+
+
+def _with_a2a_everywhere(table: ProfileTable, grid) -> ProfileTable:  # type: ignore[no-untyped-def]
+    time = dataclasses.replace(table.time, all_to_all_intra_ms=grid, all_to_all_inter_ms=grid,
+                               all_to_all_by_group_size_ms=None)
+    return dataclasses.replace(table, time=time)
 
 
 def test_comm_overlap_and_off_diagonal_fields_are_checked() -> None:
@@ -168,9 +191,14 @@ def test_comm_overlap_and_off_diagonal_fields_are_checked() -> None:
     doc["time"]["attention_ms"]["off_diagonal"]["y"][2] = 0.0
     with pytest.raises(ProfileTableError, match=r"'time.attention_ms.off_diagonal.y\[2\]'"):
         ProfileTable.from_dict(doc)
+    doc = table_of().to_dict()
+    doc["time"]["all_to_all_ms"]["by_group_size"]["1"] = doc["time"]["all_to_all_ms"]["intra"]
+    with pytest.raises(ProfileTableError, match=r"'time.all_to_all_ms.by_group_size' must be keyed by group sizes"):
+        ProfileTable.from_dict(doc)
     # Tables without the optional fields (the presets) read as before.
     preset = CostModel.from_preset("cpu-tiny").table.to_dict()
     assert "comm_overlap" not in preset["time"] and "off_diagonal" not in preset["time"]["attention_ms"]
+    assert "by_group_size" not in preset["time"]["p2p_ms"]
 
 
 def test_a_failed_write_leaves_the_old_table_and_no_partial_file(tmp_path: Path,

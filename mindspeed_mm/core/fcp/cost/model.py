@@ -59,9 +59,10 @@ class CostModel:
         """Scalar constants of the time model."""
         layers = table.layers_per_stage
         tm = table.time
-        self._ring = RingTimer(self.coefficients, CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers))
-        self._ulysses = UlyssesTimer(self.coefficients,
-                                     CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms, layers))
+        self._ring = RingTimer(self.coefficients,
+                               CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers, tm.p2p_by_group_size_ms))
+        self._ulysses = UlyssesTimer(self.coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms,
+                                                                  layers, tm.all_to_all_by_group_size_ms))
 
     @classmethod
     def from_preset(cls, name: str, *, max_tokens_per_rank: int | None = None,

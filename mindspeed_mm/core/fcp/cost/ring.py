@@ -5,10 +5,15 @@ Per-document zigzag sharding (each document cut into 2d chunks, rank j holding c
 every document: c(d) = alpha sum(s^2)/d^2 + beta T/d + gamma n. While a block computes, the next
 KV block travels (forward: K and V; backward: K and V plus the dK, dV accumulators, twice the
 bytes), so a pass costs c + (d - 1) max(c', p2p(bytes)), c' being an off-diagonal step (c'
-= c unless the table profiles that block). Where transfers only partly overlap compute
-(`comm_overlap` w < 1, e.g. on a CPU host), a step costs max(c', p) + (1 - w) min(c', p). A
-group of more than ranks_per_node ranks spans nodes and every step runs at the inter-node speed:
-the slowest hop paces a synchronous ring.
+= c unless the table profiles that block). A group of more than ranks_per_node ranks spans nodes
+and every step runs at the inter-node speed: the slowest hop paces a synchronous ring.
+
+Where transfers only partly overlap compute (`comm_overlap` w < 1, e.g. on a CPU host, where
+every message costs the host time of its own), a step costs max(c', p) + (1 - w) min(c', p) and
+the messages are counted as the implementation sends them: a backward step sends two (K/V on,
+the K/V gradients home), and after the last backward step the gradients make one more hop home.
+On hosts that hide transfers (w = 1) the backward step's two messages count as one of twice the
+bytes, and the last hop is left out: it is one message among d compute steps.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ class RingDegreeTerms:
     """Scaled p2p intercept per degree (affine p2p curves only)."""
     p2p_slope_inv: np.ndarray | None
     """Scaled p2p slope per degree over d, to multiply by the K, V bytes of all tokens (affine only)."""
+    degrees: np.ndarray
+    """The degrees (ints)."""
 
 
 class RingTimer:
@@ -54,7 +61,7 @@ class RingTimer:
             a_in, b_in, a_out, b_out = self._p2p.affine
             base = np.where(spans, a_out, a_in)
             slope = np.where(spans, b_out, b_in) * inv
-        return RingDegreeTerms(inv, d - 1.0, spans, base, slope)
+        return RingDegreeTerms(inv, d - 1.0, spans, base, slope, d_int)
 
     def times(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
         """Forward + backward time (ms) [K, W] of workload k at degree [k, w] of `t` (memory not
@@ -73,13 +80,20 @@ class RingTimer:
             p_bwd += t.p2p_base
         else:
             msg = kv * t.inv
-            p_fwd, p_bwd = self._p2p(msg, t.spans), self._p2p(2.0 * msg, t.spans)
+            p_fwd, p_bwd = self._p2p(msg, t.spans, t.degrees), self._p2p(2.0 * msg, t.spans, t.degrees)
+        last_hop = None
+        if c.comm_overlap < 1.0:
+            # Every message counts: two per backward step, and the gradients' last hop home.
+            p_bwd = 2.0 * p_fwd
+            last_hop = np.where(t.hops > 0, p_fwd, 0.0)
         # Steps 2..d of each pass: compute and transfer overlap.
         block = step if c.off_diagonal == (c.alpha, c.beta, c.gamma) else self._block(w, t)
         p_fwd = self._hop(block * c.attention_forward_fraction, p_fwd)
         p_fwd *= c.forward_passes
         p_fwd += self._hop(block * (1.0 - c.attention_forward_fraction), p_bwd)
         p_fwd *= t.hops
+        if last_hop is not None:
+            p_fwd += last_hop
         # The first step of each pass, the linear work and the launch cost.
         step *= c.attention_passes_scale
         step += t.inv * (c.per_token_ms * w.total_tokens + c.per_patch_ms * w.vision_patches)

@@ -18,6 +18,9 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.
 - `time.comm_overlap` (optional, default 1): share of a ring step's transfer that overlaps its
   block compute (1: a step costs max(compute, transfer); 0: compute + transfer).
+- `time.{p2p_ms,all_to_all_ms}.by_group_size` (optional): intra-node curves measured on groups of
+  exactly that many ranks (keys "2", "3", ...); a group inside a node uses the curve of the listed
+  size closest to its own instead of `intra`.
 - `memory.*`: bytes per rank (static, workspace) and activation bytes per LLM token.
 """
 from __future__ import annotations
@@ -144,6 +147,10 @@ class TimeFigures:
     """Off-diagonal block of a causal ring step vs the document's tokens on the rank (None: the causal grid)."""
     comm_overlap: float = 1.0
     """Share of a ring step's transfer hidden behind its block compute, in [0, 1]."""
+    p2p_by_group_size_ms: dict[int, Grid] | None = None
+    """Intra-node point-to-point curves per group size (None: `p2p_intra_ms` for every size)."""
+    all_to_all_by_group_size_ms: dict[int, Grid] | None = None
+    """Intra-node all-to-all curves per group size (None: `all_to_all_intra_ms` for every size)."""
 
     def attention_ms(self, mask: str) -> Grid:
         """The attention grid of a mask type."""
@@ -222,9 +229,11 @@ class ProfileTable:
                 "output_ms_per_token": t.output_ms_per_token,
                 "vision_ms_per_patch": t.vision_ms_per_patch,
                 "launch_ms": t.launch_ms,
-                "p2p_ms": {"intra": t.p2p_intra_ms.to_dict(), "inter": t.p2p_inter_ms.to_dict()},
+                "p2p_ms": {"intra": t.p2p_intra_ms.to_dict(), "inter": t.p2p_inter_ms.to_dict(),
+                           **_by_size_doc(t.p2p_by_group_size_ms)},
                 "all_to_all_ms": {"intra": t.all_to_all_intra_ms.to_dict(),
-                                  "inter": t.all_to_all_inter_ms.to_dict()},
+                                  "inter": t.all_to_all_inter_ms.to_dict(),
+                                  **_by_size_doc(t.all_to_all_by_group_size_ms)},
                 **({} if t.comm_overlap == 1.0 else {"comm_overlap": t.comm_overlap}),
             },
             "memory": dict(vars(self.memory)),
@@ -266,6 +275,13 @@ class ProfileTable:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+
+
+def _by_size_doc(grids: dict[int, Grid] | None) -> dict[str, Any]:
+    """The JSON entry of per-group-size grids (nothing when there are none)."""
+    if grids is None:
+        return {}
+    return {"by_group_size": {str(size): grid.to_dict() for size, grid in sorted(grids.items())}}
 
 
 class _Parser:
@@ -410,7 +426,24 @@ class _Parser:
                 attention["off_diagonal"], "time.attention_ms.off_diagonal"),
             comm_overlap=1.0 if "comm_overlap" not in doc else self.number(
                 doc, p, "comm_overlap", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+            p2p_by_group_size_ms=self.by_size(p2p, "time.p2p_ms"),
+            all_to_all_by_group_size_ms=self.by_size(a2a, "time.all_to_all_ms"),
         )
+
+    def by_size(self, doc: dict[str, Any], path: str) -> dict[int, Grid] | None:
+        """The optional per-group-size grids of a communication section."""
+        if "by_group_size" not in doc:
+            return None
+        full = f"{path}.by_group_size"
+        section = self.section(doc["by_group_size"], full)
+        if not section:
+            raise self.fail(full, "a non-empty object", section)
+        grids = {}
+        for key, grid in section.items():
+            if not (isinstance(key, str) and key.isdigit() and int(key) >= 2):
+                raise self.fail(full, "keyed by group sizes >= 2 written as strings", key)
+            grids[int(key)] = self.grid(grid, f"{full}.{key}")
+        return dict(sorted(grids.items()))
 
     def memory(self, doc: Any) -> MemoryFigures:
         p = "memory"

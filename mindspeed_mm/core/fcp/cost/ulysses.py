@@ -42,6 +42,7 @@ class UlyssesTimer:
         per_token = np.concatenate([c.head_bytes * (c.heads + 2.0 * np.maximum(c.kv_heads, d)) / d,
                                     np.full(d.shape, c.head_bytes * c.heads) / d])
         d2 = np.concatenate([d, d])
+        self._group_sizes = np.concatenate([self.degrees, self.degrees])
         self._intra_per_token = per_token * (np.minimum(d2, rpn) - 1.0) / d2
         self._inter_per_token = per_token * np.maximum(d2 - rpn, 0.0) / d2
         self._spans = d2 > rpn
@@ -81,7 +82,7 @@ class UlyssesTimer:
             a_in, b_in, a_out, b_out = self._affine
             msgs = np.maximum(a_in + b_in * tokens, a_out + b_out * tokens)
         else:
-            intra = self._a2a.intra(self._intra_per_token * tokens)
+            intra = self._a2a.intra_for(self._intra_per_token * tokens, self._group_sizes)
             inter = self._a2a.inter(self._inter_per_token * tokens)
             msgs = self._passes * np.where(self._single, 0.0, np.where(self._spans, np.maximum(intra, inter), intra))
         half = len(self._inv)

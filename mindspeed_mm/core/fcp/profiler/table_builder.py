@@ -129,7 +129,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     per_layer, output, launch = linear_figures(config, decoder)
     curves = {(kind, size): comm_curve(kind, size, config, comm)
               for kind in COMM_KINDS for size in range(2, config.world_size + 1)}
-    # A host is one node: the largest group measured, every rank busy, stands for both link kinds.
+    # A host is one node: the largest group measured, every rank busy, stands for both link kinds
+    # (and for group sizes beyond the ones measured).
     p2p_curve = curves[("p2p", config.world_size)]
     p2p, a2a = p2p_curve.grid, curves[("all_to_all", config.world_size)].grid
     _, p2p_slope = fit_line(p2p.x, p2p.y)
@@ -155,6 +156,9 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         all_to_all_inter_ms=a2a,
         attention_off_diagonal_ms=grids["block"],
         comm_overlap=p2p_curve.overlap,
+        p2p_by_group_size_ms={size: curves[("p2p", size)].grid for size in range(2, config.world_size + 1)},
+        all_to_all_by_group_size_ms={size: curves[("all_to_all", size)].grid
+                                     for size in range(2, config.world_size + 1)},
     )
     memory = MemoryFigures(
         static_bytes=float(median_of([m.training_state_bytes for m in rank_facts])),
