@@ -1,10 +1,12 @@
-"""Planner benchmark: solver time, plan / lower-bound ratio, and the gap to the exact optimum.
+"""Planner benchmark: solver time, plan quality against the lower bound, the exact optimum and the baselines.
 
 One run measures:
-1. solver time (wall and CPU, p50 / p99) of `plan_batch` for 512 samples on 64 ranks and 4096 samples
-   on 1024 ranks, with OpenVid / InternVid-like batches (vision patches included) on the Qwen3-VL-8B
-   Atlas A3 preset, and the share of that time spent inside cost-model calls;
-2. predicted step time / lower bound of those plans;
+1. solver time of `plan_batch`, CPU (process time: other processes on shared cores do not count) and
+   wall, p50 / p99, for 512 samples on 64 ranks and 4096 samples on 1024 ranks, with OpenVid /
+   InternVid-like batches (vision patches included) on the Qwen3-VL-8B Atlas A3 preset, the share of
+   that time spent inside cost-model calls, and predicted step time / lower bound of those plans;
+2. on the same batches, FCP's predicted step time against every baseline strategy (static degrees
+   fixed for the run from its longest sample, as a static launch would be);
 3. on random small instances (up to 10 samples, up to 8 ranks), the exact model's solve time and the
    planner's gap to the optimum, and whether the planner finds a plan whenever the optimum exists.
 
@@ -17,22 +19,24 @@ import argparse
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
-from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, solve_exact, validate_plan
+from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, solve_exact, validate_plan
+from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
 
 logger = logging.getLogger("solver_bench")
 PRESET = "a3-qwen3vl-8b"
 TARGETS_MS = {(512, 64): 10.0, (4096, 1024): 100.0}
+DATASETS = ("openvid", "internvid")
 
 
 class CostTimer:
-    """Accumulates the wall time the planner spends inside the cost model's time queries (by
+    """Accumulates the CPU time the planner spends inside the cost model's time queries (by
     wrapping them on the instance while the benchmark runs)."""
 
     def __init__(self, cost: CostModel) -> None:
@@ -44,11 +48,11 @@ class CostTimer:
 
     def _timed(self, method):
         def timed(*args, **kwargs):
-            started = time.perf_counter()
+            started = time.process_time()
             try:
                 return method(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - started
+                self.seconds += time.process_time() - started
         return timed
 
 
@@ -57,18 +61,22 @@ class ScaleResult:
     dataset: str
     samples: int
     ranks: int
-    wall_ms: list[float]
-    cpu_ms: list[float]
-    cost_share: list[float]
-    ratios: list[float]
-    rounds: list[int]
-    cost_calls: list[int]
+    wall_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    cost_share: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+    cost_calls: list[int] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    batches: list[tuple[list[int], list[int]]] = field(default_factory=list)
 
 
 def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches: int) -> ScaleResult:
-    result = ScaleResult(dataset, samples, ranks, [], [], [], [], [], [])
+    result = ScaleResult(dataset, samples, ranks)
     config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
     timed = CostTimer(cost)
+    warm = generate_samples(dataset, samples, seed=10_000)
+    plan_batch(warm.lengths.tolist(), cost, config, patches=warm.vision_patches.tolist())  # first-call set-up
     for seed in tqdm(range(batches), desc=f"{dataset} {samples}x{ranks}", leave=False):
         batch = generate_samples(dataset, samples, seed=seed)
         lengths = batch.lengths.tolist()
@@ -80,11 +88,38 @@ def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches
         validate_plan(plan, lengths, cost, patches=patches)
         result.wall_ms.append(wall * 1e3)
         result.cpu_ms.append(cpu * 1e3)
-        result.cost_share.append(timed.seconds / wall)
+        result.cost_share.append(timed.seconds / cpu if cpu > 0 else 0.0)
         result.ratios.append(plan.predicted_ms / plan.lower_bound_ms)
         result.rounds.append(plan.num_rounds)
         result.cost_calls.append(int(plan.extras["cost_calls"]))
+        result.plans.append(plan)
+        result.batches.append((lengths, patches))
     return result
+
+
+def speedups_over_baselines(cost: CostModel, result: ScaleResult) -> dict[str, float | str]:
+    """Per baseline: its total predicted step time over FCP's on the same batches (> 1: FCP faster),
+    or why it cannot run them."""
+    config = SolverConfig(result.ranks, ranks_per_node=cost.ranks_per_node)
+    fcp_total = sum(plan.predicted_ms for plan in result.plans)
+    out: dict[str, float | str] = {}
+    for name, baseline in BASELINES.items():
+        try:
+            degree = None
+            if baseline.static_algo is not None:
+                longest = max(max(lengths) for lengths, _ in result.batches)
+                degree = static_cp_degree(longest, cost, config, baseline.static_algo)
+            total = 0.0
+            for lengths, patches in result.batches:
+                if degree is None:
+                    plan = baseline.planner(lengths, cost, config, patches)
+                else:
+                    plan = baseline.planner(lengths, cost, config, patches, cp_degree=degree)
+                total += plan.predicted_ms
+            out[name] = total / fcp_total
+        except BaselineInfeasibleError as err:
+            out[name] = f"n/a ({err})"
+    return out
 
 
 def small_instance(rng: np.random.Generator, cost: CostModel) -> tuple[list[int], SolverConfig]:
@@ -116,13 +151,13 @@ def bench_small(cost: CostModel, instances: int, seed: int) -> dict:
         if exact.status != "optimal":
             not_proven += 1
             continue
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             plan = plan_batch(lengths, cost, config)
         except ValueError:
             missed += 1
             continue
-        plan_ms.append((time.perf_counter() - started) * 1e3)
+        plan_ms.append((time.process_time() - started) * 1e3)
         gaps.append(plan.predicted_ms / exact.objective_ms - 1)
         bound_violations += plan.lower_bound_ms > exact.objective_ms * (1 + 1e-9)
     return {"instances": instances, "optimal": len(gaps) + missed, "infeasible": infeasible,
@@ -147,24 +182,40 @@ def main() -> None:
     exact_cost = CostModel.from_preset(PRESET)  # not wrapped by the timer
     small_count = args.small_instances or (40 if args.quick else 200)
     scales = [(512, 64, 10 if args.quick else 50), (4096, 1024, 3 if args.quick else 10)]
-    load = os.getloadavg()[0]
     print(f"preset {PRESET}: capacity {cost.capacity_tokens} tokens/rank, {cost.ranks_per_node} ranks/node; "
           f"cost queries {'batched' if batched else 'one call per workload'}; "
-          f"{os.cpu_count()} CPUs, load average {load:.1f} at start")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
 
-    print("\n1-2. plan_batch on OpenVid / InternVid-like batches (vision patches included)")
-    header = (f"{'dataset':<10} {'batch':>10} {'n':>3} {'wall p50':>9} {'wall p99':>9} {'cpu p50':>8} "
-              f"{'target':>7} {'cost %':>6} {'calls':>6} {'R':>5} {'plan/LB mean':>12} {'max':>6}")
+    print("\n1. plan_batch on OpenVid / InternVid-like batches (vision patches included); times in ms, "
+          "CPU = process time")
+    header = (f"{'dataset':<10} {'batch':>10} {'n':>3} {'cpu p50':>8} {'cpu p99':>8} {'wall p50':>8} "
+              f"{'wall p99':>8} {'target':>6} {'cost %':>6} {'calls':>5} {'R':>5} {'plan/LB':>7} {'max':>6}")
     print(header)
     print("-" * len(header))
+    results = []
     for samples, ranks, batches in scales:
-        for dataset in ("openvid", "internvid"):
+        for dataset in DATASETS:
             r = bench_scale(cost, dataset, samples, ranks, batches)
+            results.append(r)
             target = TARGETS_MS[(samples, ranks)]
-            print(f"{dataset:<10} {f'{samples}x{ranks}':>10} {batches:>3} {_pct(r.wall_ms, 50):>8.1f}ms "
-                  f"{_pct(r.wall_ms, 99):>7.1f}ms {_pct(r.cpu_ms, 50):>6.1f}ms {target:>5.0f}ms "
-                  f"{100 * np.mean(r.cost_share):>5.0f}% {int(np.mean(r.cost_calls)):>6} "
-                  f"{min(r.rounds)}-{max(r.rounds):<3} {np.mean(r.ratios):>12.3f} {max(r.ratios):>6.3f}")
+            print(f"{dataset:<10} {f'{samples}x{ranks}':>10} {batches:>3} {_pct(r.cpu_ms, 50):>8.1f} "
+                  f"{_pct(r.cpu_ms, 99):>8.1f} {_pct(r.wall_ms, 50):>8.1f} {_pct(r.wall_ms, 99):>8.1f} "
+                  f"{target:>6.0f} {100 * np.mean(r.cost_share):>5.0f}% {int(np.mean(r.cost_calls)):>5} "
+                  f"{min(r.rounds)}-{max(r.rounds):<3} {np.mean(r.ratios):>7.3f} {max(r.ratios):>6.3f}")
+
+    print("\n2. FCP against the baselines on the same batches: baseline step time / FCP step time "
+          "(> 1: FCP faster)")
+    names = list(BASELINES)
+    header = f"{'dataset':<10} {'batch':>10} " + " ".join(f"{name:>22}" for name in names)
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        speedups = speedups_over_baselines(exact_cost, r)
+        cells = [f"{v:>21.3f}x" if isinstance(v, float) else f"{'n/a':>22}" for v in speedups.values()]
+        print(f"{r.dataset:<10} {f'{r.samples}x{r.ranks}':>10} " + " ".join(cells))
+        for name, v in speedups.items():
+            if isinstance(v, str):
+                print(f"    {name}: {v}")
 
     print(f"\n3. exact optimum vs planner on {small_count} random instances (<= 10 samples, <= 8 ranks)")
     s = bench_small(exact_cost, small_count, args.seed)
@@ -175,9 +226,9 @@ def main() -> None:
     print(f"gap to the optimum: mean {100 * gaps.mean():.2f}%, p50 {100 * _pct(gaps, 50):.2f}%, "
           f"p99 {100 * _pct(gaps, 99):.2f}%, max {100 * gaps.max():.2f}%, "
           f"within 1%: {np.mean(gaps <= 0.01):.0%}, exactly optimal: {np.mean(gaps <= 1e-9):.0%}")
-    print(f"exact solve time: mean {s['exact_ms'].mean():.0f} ms, p50 {_pct(s['exact_ms'], 50):.0f} ms, "
+    print(f"exact solve time (wall): mean {s['exact_ms'].mean():.0f} ms, p50 {_pct(s['exact_ms'], 50):.0f} ms, "
           f"p99 {_pct(s['exact_ms'], 99):.0f} ms, max {s['exact_ms'].max():.0f} ms")
-    print(f"planner time on the same instances: mean {s['plan_ms'].mean():.1f} ms, "
+    print(f"planner CPU time on the same instances: mean {s['plan_ms'].mean():.1f} ms, "
           f"p99 {_pct(s['plan_ms'], 99):.1f} ms")
     print(f"lower bound above the optimum (must be 0): {s['bound_violations']}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -5,10 +5,10 @@ search (`round_layout`), node-aware placement, lower bound. Pure Python/numpy an
 same inputs give the same plan and digest on every rank (every search budget is a count of moves).
 
 Small problems get the thorough search: every start grouping, several round counts and spreads,
-best-improvement local search. Larger ones get the lean one: the round count from the memory bound
-up, uniform start groupings of power-of-two group sizes (the sizes that won the first round count
-only, for the later ones), stopping at the first round count that does worse; then a local search
-with a budget of moves, skipped when the starts are already within `_GOOD_ENOUGH` of the lower bound.
+best-improvement local search. Larger ones get the lean one (`_lean_rounds`): uniform start
+groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
+it cannot win, for the fewest rounds and then one more round at a time while that does better; a
+local search with a budget of moves only when the plan is more than `_GOOD_ENOUGH` above the bound.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import logging
 import operator
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -43,8 +43,6 @@ _LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False,
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
 _GOOD_ENOUGH = 1.05
-# Group sizes whose start in the first round is within this factor of the best stay candidates.
-_CLOSE_SIZES = 1.02
 
 
 def plan_batch(
@@ -155,38 +153,47 @@ def _lean_rounds(
     max_rounds: int | None,
     lower_bound: float,
 ) -> list[RoundChoice]:
-    """Lean search for large batches: LPT spread per round count, the best uniform start per round
-    (all group sizes ranked on the first round, the close ones kept), stop at the first round count
-    that does worse (or that its solved rounds project to do worse); local search on the winner only."""
+    """Lean search for large batches. For the fewest rounds, every group size that holds every sample
+    (all sizes if none does) in the order of its step estimate, stopping once the estimate is no
+    better than a plan found: the joint start of all rounds, or when a sample needs more ranks than
+    the size, the LPT spread with one uniform start per round. Then one more round at a time with the
+    winning size, while that does better. Local search on the winner only, when it is far from the
+    bound."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
-    sizes: tuple[int, ...] = solver.limits.uniform_degrees
+    usable = [d for d in solver.limits.uniform_degrees if d <= solver.top_degree]
+    # Sizes that hold every sample get joint starts; smaller ones (a sample alone needing more ranks)
+    # only when no size holds every sample.
+    widest = max(facts.min_degrees)
+    usable = [d for d in usable if d >= widest] or usable
     best: tuple[float, list[RoundStart]] | None = None
+    best_size = 0
     count = tried[0]
     while count <= limit and (count <= tried[-1] or best is None):
-        spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples)
-        starts: list[RoundStart] = []
-        work = [sum(facts.device_ms[i] for i in samples) for samples in spread or ()]
-        for r, samples in enumerate(spread or ()):
-            found = solver.starts(samples, sizes)
-            if not found:
+        sizes = usable if best is None else [best_size]
+        estimates = solver.step_estimates(count, sizes)
+        improved = False
+        spread: list[list[int]] | None = None
+        for estimate, size in sorted(zip(estimates, sizes)):
+            if best is not None and estimate >= best[0]:
                 break
-            if len(sizes) > 1:
-                # The first round ranks the group sizes; the other rounds and round counts try the
-                # close ones only.
-                close = [s.group_size for s in found if s.makespan <= _CLOSE_SIZES * found[0].makespan]
-                sizes = tuple(sorted(set(close[:2]) - {0})) or sizes
-            starts.append(found[0])
-            if best is not None and _projected_total(starts, work) >= best[0]:
-                break
-        if spread is not None and len(starts) == len(spread):
-            total = sum(start.makespan for start in starts)
-            if best is None or total < best[0]:
-                best = (total, starts)
-                count += 1
-                continue
-        if best is not None:
+            starts = solver.joint_starts(count, size)
+            if starts is None:
+                if spread is None:
+                    spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
+                starts = _per_round(spread, lambda samples: solver.uniform_start(samples, size))
+            if starts is not None:
+                total = sum(start.makespan for start in starts)
+                if best is None or total < best[0]:
+                    best, best_size, improved = (total, starts), size, True
+        if best is None:
+            # No uniform start fits: the other start groupings, per round of the LPT spread.
+            spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
+            starts = _per_round(spread, solver.start)
+            if starts is not None:
+                best, improved = (sum(start.makespan for start in starts), starts), True
+        if best is not None and not improved:
             break
         count += 1
     if best is None:
@@ -195,12 +202,15 @@ def _lean_rounds(
     return [solver.finish(start, improve) for start in best[1]]
 
 
-def _projected_total(starts: list[RoundStart], work: list[float]) -> float:
-    """Step time of a spread whose first rounds have these starts: the rounds still to solve are
-    projected from their device time at the makespan per device-ms of the solved ones."""
-    done = len(starts)
-    solved = sum(start.makespan for start in starts)
-    return solved + solved / sum(work[:done]) * sum(work[done:])
+def _per_round(spread: list[list[int]], start: Callable[[list[int]], RoundStart | None]) -> list[RoundStart] | None:
+    """The start of every round of a spread, None when the spread is empty or a round has none."""
+    starts = []
+    for samples in spread:
+        found = start(samples)
+        if found is None:
+            return None
+        starts.append(found)
+    return starts or None
 
 
 def _round_limit(lengths: list[int], max_rounds: int | None) -> int:

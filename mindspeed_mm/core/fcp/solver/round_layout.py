@@ -176,48 +176,71 @@ class RoundSolver:
         uniform ones of these group sizes (default the limits'), plus the other start groupings when
         the limits ask for them or when no uniform one fits."""
         degrees = self.limits.uniform_degrees if degrees is None else degrees
-        if self.limits.packing_starts or len(degrees) < 2:
-            found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
-                     if (start := self._evaluated(*candidate)) is not None]
-        else:
-            found = self._ranked_uniform_starts(sample_ids, degrees)
+        found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
+                 if (start := self._evaluated(*candidate)) is not None]
         if not found and not self.limits.packing_starts:
             found = [start for candidate in self._start_assignments(sample_ids, (), True)
                      if (start := self._evaluated(*candidate)) is not None]
         return sorted(found, key=lambda start: start.makespan)
 
-    def _ranked_uniform_starts(self, sample_ids: Sequence[int], degrees: Sequence[int]) -> list[RoundStart]:
-        """Uniform starts, tried in the order of their balanced estimate (`_balanced_estimates`); a
-        size whose estimate is no better than a start already found is not tried."""
-        usable = [d for d in degrees if d <= self.top_degree]
-        estimates = self._balanced_estimates(sample_ids, usable)
-        by_work = self._by_work(sample_ids)
-        found: list[RoundStart] = []
-        for estimate, degree in sorted(zip(estimates, usable)):
-            if found and estimate >= min(start.makespan for start in found):
-                break
-            packed = self._uniform_packing(by_work, degree)
-            start = None if packed is None else self._evaluated(*packed, degree)
-            if start is not None:
-                found.append(start)
-        return found
+    def uniform_start(self, sample_ids: Sequence[int], degree: int) -> RoundStart | None:
+        """The uniform start grouping of one round for group size `degree` (None: it does not fit)."""
+        packed = self._uniform_packing(self._by_work(sample_ids), degree)
+        return None if packed is None else self._evaluated(*packed, degree)
 
-    def _balanced_estimate_twin(self) -> GroupTimer:
+    def step_estimates(self, rounds: int, degrees: Sequence[int]) -> list[float]:
+        """Per group size g: the step time if the batch's work were split evenly over `rounds` rounds
+        of N // g groups of g ranks, rounds x F + (T(batch, g) - F) / (N // g), F the time of an empty
+        group (memory ignored). A start of size g rarely beats it, so it orders the sizes to try and
+        skips those that cannot win."""
+        members = np.arange(len(self.lengths), dtype=np.int64)
+        # Group 0: the whole batch; group 1: empty.
+        workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
+        top = max(degrees)
+        times, _ = self._memory_free_timer().evaluate(workloads, [1, 1], top, top)
+        whole, empty = times[0], times[1]
+        return [float(rounds * empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (self.num_ranks // d)) for d in degrees]
+
+    def joint_starts(self, rounds: int, degree: int) -> list[RoundStart] | None:
+        """Starts of every round at once for group size `degree`: all samples, most device time first,
+        go over rounds x (N // degree) groups of `degree` ranks, each to the group with the least time
+        that has memory for it (a sample adding its marginal time); the groups are then ranked by time
+        and dealt to the rounds in that order, so that the slowest groups share a round (the step takes
+        the sum of the round makespans). None when a sample needs more than `degree` ranks, memory
+        does not allow the spread, or a round would get no sample."""
+        if int(self._mins.max()) > degree:
+            return None
+        per_round = self.num_ranks // degree
+        if -(-self.num_ranks // per_round) > self.top_degree:
+            per_round = -(-self.num_ranks // self.top_degree)
+        slots = rounds * per_round
+        by_work = self._by_work(range(len(self.lengths)))
+        weights = self._marginal_ms(degree)
+        chosen = least_loaded_assignment(by_work.tolist(), weights, self.lengths, [degree * self.capacity_tokens] * slots)
+        if chosen is None:
+            return None
+        slot_of = np.array(chosen, dtype=np.int64)
+        load = np.bincount(slot_of, weights=np.asarray(weights)[by_work], minlength=slots)
+        rank = np.empty(slots, dtype=np.int64)
+        rank[np.lexsort((np.arange(slots), -load))] = np.arange(slots)
+        round_of = rank[slot_of] // per_round
+        starts = []
+        for r in range(rounds):
+            chosen_here = round_of == r
+            if not chosen_here.any():
+                return None
+            used, owners = np.unique(slot_of[chosen_here], return_inverse=True)
+            start = self._evaluated(by_work[chosen_here], owners.astype(np.int64), int(used.size), degree)
+            if start is None:
+                return None
+            starts.append(start)
+        return starts
+
+    def _memory_free_timer(self) -> GroupTimer:
         """Times on the cost model without its memory limit."""
         if self._twin is None:
             self._twin = GroupTimer(unlimited_memory_twin(self.timer.cost), self.top_degree)
         return self._twin
-
-    def _balanced_estimates(self, sample_ids: Sequence[int], degrees: Sequence[int]) -> list[float]:
-        """Per group size g: the round's makespan if its work were split evenly over N // g groups of
-        g ranks, F + (T(round, g) - F) / (N // g), F the time of an empty group (memory ignored). A
-        uniform start of size g rarely beats it: the estimate skips sizes that cannot win."""
-        members = np.asarray(sample_ids, dtype=np.int64)
-        # Group 0: the whole round; group 1: empty.
-        workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
-        times, _ = self._balanced_estimate_twin().evaluate(workloads, [1, 1], max(degrees), max(degrees))
-        whole, empty = times[0], times[1]
-        return [float(empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (self.num_ranks // d)) for d in degrees]
 
     def _marginal_ms(self, degree: int) -> list[float]:
         """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory
@@ -229,7 +252,7 @@ class RoundSolver:
             members = np.arange(count, dtype=np.int64)
             # One group per sample plus an empty one.
             batches, _ = workloads.assigned(members, members, count + 1)
-            times, _ = self._balanced_estimate_twin().evaluate(batches, [degree] * (count + 1), degree, 1)
+            times, _ = self._memory_free_timer().evaluate(batches, [degree] * (count + 1), degree, 1)
             found = (times[:count, 0] - times[count, 0]).tolist()
             self._marginal[degree] = found
         return found
