@@ -43,6 +43,8 @@ _LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False,
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
 _GOOD_ENOUGH = 1.05
+# Share of the memory of the previous round count's ranks above which one more round is always tried.
+_TIGHT_MEMORY = 0.75
 
 
 def plan_batch(
@@ -153,30 +155,31 @@ def _lean_rounds(
     max_rounds: int | None,
     lower_bound: float,
 ) -> list[RoundChoice]:
-    """Lean search for large batches. For the fewest rounds, every group size that holds every sample
-    (all sizes if none does) in the order of its step estimate, stopping once the estimate is no
-    better than a plan found: the joint start of all rounds, or when a sample needs more ranks than
-    the size, the LPT spread with one uniform start per round. Then one more round at a time with the
-    winning size, while that does better. Local search on the winner only, when it is far from the
-    bound."""
+    """Lean search for large batches. For the fewest rounds, every group size in the order of its
+    step estimate, stopping once the estimate is no better than a plan found: the joint start of all
+    rounds (else the LPT spread with one uniform start per round). Then one more round at a time with
+    the winning size, while that does better and its estimate, scaled as the winner's plan is to its
+    estimate, promises better (or memory was tight with one round less). Local search on the winner
+    only, when it is far from the bound."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
     usable = [d for d in solver.limits.uniform_degrees if d <= solver.top_degree]
-    # Sizes that hold every sample get joint starts; smaller ones (a sample alone needing more ranks)
-    # only when no size holds every sample.
-    widest = max(facts.min_degrees)
-    usable = [d for d in usable if d >= widest] or usable
     best: tuple[float, list[RoundStart]] | None = None
     best_size = 0
+    # Later round counts: estimates scaled by the winner's plan / estimate ratio.
+    calibration = 1.0
     count = tried[0]
     while count <= limit and (count <= tried[-1] or best is None):
         sizes = usable if best is None else [best_size]
         estimates = solver.step_estimates(count, sizes)
+        # The memory-free estimates miss what one more round gains when memory is tight.
+        tight = sum(lengths) > _TIGHT_MEMORY * (count - 1) * n_ranks * capacity
+        scale = 1.0 if best is None or tight else calibration
         improved = False
         spread: list[list[int]] | None = None
         for estimate, size in sorted(zip(estimates, sizes)):
-            if best is not None and estimate >= best[0]:
+            if best is not None and estimate * scale >= best[0]:
                 break
             starts = solver.joint_starts(count, size)
             if starts is None:
@@ -187,6 +190,7 @@ def _lean_rounds(
                 total = sum(start.makespan for start in starts)
                 if best is None or total < best[0]:
                     best, best_size, improved = (total, starts), size, True
+                    calibration = total / estimate if estimate > 0 else 1.0
         if best is None:
             # No uniform start fits: the other start groupings, per round of the LPT spread.
             spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []

@@ -189,48 +189,102 @@ class RoundSolver:
         return None if packed is None else self._evaluated(*packed, degree)
 
     def step_estimates(self, rounds: int, degrees: Sequence[int]) -> list[float]:
-        """Per group size g: the step time if the batch's work were split evenly over `rounds` rounds
-        of N // g groups of g ranks, rounds x F + (T(batch, g) - F) / (N // g), F the time of an empty
-        group (memory ignored). A start of size g rarely beats it, so it orders the sizes to try and
-        skips those that cannot win."""
-        members = np.arange(len(self.lengths), dtype=np.int64)
-        # Group 0: the whole batch; group 1: empty.
-        workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
+        """Per group size g: the step time if the work of the samples that fit g ranks were split
+        evenly over the groups of g ranks that `rounds` rounds leave beside the samples that need
+        more (each on its minimum degree): rounds x (F + (T(those samples, g) - F) / groups), F the
+        time of an empty group (memory ignored otherwise), and no round faster than the
+        slowest sample it holds alone (`_slowest_alone`). A start of size g rarely beats it,
+        so it orders the sizes to try and skips those that cannot win (inf: no room for them)."""
+        # Group k < len(degrees): the samples that fit degrees[k] ranks; the last group: empty.
+        fits = self._mins[None, :] <= np.asarray(degrees)[:, None]
+        rows, members = np.nonzero(fits)
+        workloads, _ = self.facts.workloads.assigned(members, rows, len(degrees) + 1)
         top = max(degrees)
-        times, _ = self._memory_free_timer().evaluate(workloads, [1, 1], top, top)
-        whole, empty = times[0], times[1]
-        return [float(rounds * empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (self.num_ranks // d)) for d in degrees]
+        times, _ = self._memory_free_timer().evaluate(workloads, [1] * (len(degrees) + 1), top, top)
+        empty = times[-1]
+        out = []
+        for k, d in enumerate(degrees):
+            groups = (rounds * self.num_ranks - int(self._mins[~fits[k]].sum())) / d
+            if groups < 1:
+                out.append(float("inf"))
+                continue
+            work = times[k, d - 1] - empty[d - 1] if fits[k].any() else 0.0
+            # A round's makespan with its share of the work over its groups of d ranks.
+            balanced = float(empty[d - 1] + work / groups)
+            out.append(sum(max(balanced, slowest) for slowest in self._slowest_alone(d, rounds, balanced)))
+        return out
+
+    def _slowest_alone(self, degree: int, rounds: int, balanced: float) -> list[float]:
+        """Per round: the slowest sample it holds alone, among the samples that need more than
+        `degree` ranks (on their minimum degree) or alone take longer than `balanced` (on `degree`
+        ranks, device time / ranks), dealt slowest first to the first round with ranks left (0 where
+        a round gets none, inf when they do not fit)."""
+        ranks = np.maximum(self._mins, degree)
+        alone = self._device / ranks
+        heavy = np.flatnonzero((self._mins > degree) | (alone > balanced))
+        slowest = [0.0] * rounds
+        room = [self.num_ranks] * rounds
+        for i in heavy[np.lexsort((heavy, -alone[heavy]))].tolist():
+            width = int(ranks[i])
+            r = next((r for r in range(rounds) if room[r] >= width), -1)
+            if r < 0:
+                return [float("inf")] * rounds
+            room[r] -= width
+            slowest[r] = max(slowest[r], float(alone[i]))
+        return slowest
 
     def joint_starts(self, rounds: int, degree: int) -> list[RoundStart] | None:
-        """Starts of every round at once for group size `degree`: all samples, most device time first,
-        go over rounds x (N // degree) groups of `degree` ranks, each to the group with the least time
-        that has memory for it (a sample adding its marginal time); the groups are then ranked by time
-        and dealt to the rounds in that order, so that the slowest groups share a round (the step takes
-        the sum of the round makespans). None when a sample needs more than `degree` ranks, memory
-        does not allow the spread, or a round would get no sample."""
-        if int(self._mins.max()) > degree:
-            return None
-        per_round = self.num_ranks // degree
-        if -(-self.num_ranks // per_round) > self.top_degree:
-            per_round = -(-self.num_ranks // self.top_degree)
-        slots = rounds * per_round
+        """Starts of every round at once for group size `degree`. A sample that needs more ranks
+        (memory) gets a group of its own minimum degree; the ranks the rounds have beside those form
+        groups of `degree` ranks. The other samples, most device time first, go each to the group with
+        the least time per rank that has memory for it (a sample adding its marginal time at
+        `degree`). The groups are then ranked by time and dealt to the rounds in that order (each to
+        the first round with ranks left), so that the slowest groups share a round: the step takes the
+        sum of the round makespans. None when memory or the ranks do not allow it, or a round would
+        get no sample."""
         by_work = self._by_work(range(len(self.lengths)))
+        wide = self._mins[by_work] > degree
+        own = by_work[wide]
+        rest = by_work[~wide].tolist()
+        widths = self._mins[own].tolist()
+        uniform = (rounds * self.num_ranks - sum(widths)) // degree
+        if uniform < 0 or (rest and uniform == 0):
+            return None
         weights = self._marginal_ms(degree)
-        chosen = least_loaded_assignment(by_work.tolist(), weights, self.lengths, [degree * self.capacity_tokens] * slots)
+        rooms = [w * self.capacity_tokens - self.lengths[i] for w, i in zip(widths, own.tolist())]
+        loads = [self.facts.device_ms[i] / w for w, i in zip(widths, own.tolist())]
+        scales = [degree / w for w in widths] + [1.0] * uniform
+        chosen = least_loaded_assignment(rest, weights, self.lengths, rooms + [degree * self.capacity_tokens] * uniform,
+                                         scales, loads + [0.0] * uniform)
         if chosen is None:
             return None
-        slot_of = np.array(chosen, dtype=np.int64)
-        load = np.bincount(slot_of, weights=np.asarray(weights)[by_work], minlength=slots)
-        rank = np.empty(slots, dtype=np.int64)
-        rank[np.lexsort((np.arange(slots), -load))] = np.arange(slots)
-        round_of = rank[slot_of] // per_round
+        slots = len(widths) + uniform
+        widths += [degree] * uniform
+        members = np.concatenate([own, np.asarray(rest, dtype=np.int64)])
+        slot_of = np.concatenate([np.arange(len(own)), np.asarray(chosen, dtype=np.int64)])
+        load = np.asarray(loads + [0.0] * uniform)
+        load += np.bincount(slot_of[len(own):], weights=np.asarray(weights)[rest] if rest else None,
+                            minlength=slots)[:slots] * np.asarray(scales)
+        filled = np.zeros(slots, dtype=bool)
+        filled[slot_of] = True
+        round_of_slot = np.full(slots, -1, dtype=np.int64)
+        room = [self.num_ranks] * rounds
+        for slot in np.lexsort((np.arange(slots), -load)).tolist():
+            if not filled[slot]:
+                continue
+            r = next((r for r in range(rounds) if room[r] >= widths[slot]), -1)
+            if r < 0:
+                return None
+            round_of_slot[slot] = r
+            room[r] -= widths[slot]
+        round_of = round_of_slot[slot_of]
         starts = []
         for r in range(rounds):
-            chosen_here = round_of == r
-            if not chosen_here.any():
+            here = round_of == r
+            if not here.any():
                 return None
-            used, owners = np.unique(slot_of[chosen_here], return_inverse=True)
-            start = self._evaluated(by_work[chosen_here], owners.astype(np.int64), int(used.size), degree)
+            used, owners = np.unique(slot_of[here], return_inverse=True)
+            start = self._evaluated(members[here], owners.astype(np.int64), int(used.size), degree)
             if start is None:
                 return None
             starts.append(start)
