@@ -1,16 +1,19 @@
 """Cost-model fidelity on this host: profile the tiny decoder and validate it against real group runs.
 
-Each run profiles the device (3 sweeps) and, between the sweeps, runs the validation rounds: ring
-and Ulysses groups of degrees 1..4 on mixed packed batches, every rank busy, as in a training
-round. It prints the per-case table (predicted vs measured, error, spread) and the mean absolute
-percentage error, and writes the table and the report of every run to --output-dir. Several runs
-show how much the host's load moves the result.
+Each run profiles the device and, between its sweeps, runs the validation rounds: ring and
+Ulysses groups of degrees 1..4 on mixed packed batches, every rank busy, as in a training round.
+It prints the per-case table (predicted vs measured, error, spread) and the mean absolute
+percentage error, and writes the table, the report and the raw samples of every run to
+--output-dir. It takes more samples than `fcp profile`'s defaults, because on a shared host the
+noise of both sides, not the model, sets the floor of the error; several runs show how much the
+host's load moves the result.
 
     python benchmarks/cost_model_validation.py --output-dir out/validation [--runs 2] [--nice -10]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -24,6 +27,7 @@ from mindspeed_mm.core.fcp.profiler import (
     default_rounds,
     write_profile,
 )
+from mindspeed_mm.core.fcp.profiler.measure import RankMeasurements
 
 logger = logging.getLogger("cost_model_validation")
 
@@ -33,14 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, required=True, help="tables and reports go here")
     parser.add_argument("--runs", type=int, default=1, help="independent profile + validation runs (default 1)")
     parser.add_argument("--world-size", type=int, default=4, help="processes (default 4)")
-    parser.add_argument("--passes", type=int, default=15, help="validation passes per run (default 15)")
+    parser.add_argument("--passes", type=int, default=24, help="validation passes per run (default 24)")
+    parser.add_argument("--sweeps", type=int, default=4, help="profile sweeps (default 4)")
+    parser.add_argument("--repeats", type=int, default=4, help="samples per measurement and sweep (default 4)")
     parser.add_argument("--clock", default="auto", choices=("auto", "wall", "cpu"), help="see `fcp profile --help`")
     parser.add_argument("--nice", type=int, help="scheduling priority of the measuring processes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
-    config = ProfileConfig(world_size=args.world_size, clock=args.clock, nice=args.nice)
+    config = ProfileConfig(world_size=args.world_size, clock=args.clock, nice=args.nice, sweeps=args.sweeps,
+                           repeats=args.repeats)
     settings = ValidationSettings(passes=args.passes, clock=config.clock)
     plan = ValidationPlan(tuple(default_rounds(args.world_size, config.model)), settings)
     mapes = []
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("the profile came back without its validation report")
         report_path = args.output_dir / f"validation_run{run}.json"
         report_path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        samples_path = args.output_dir / f"samples_run{run}.json"
+        samples_path.write_text(json.dumps([_samples_doc(m) for m in result.measurements]) + "\n")
         logger.info("run %d: table %s (profile and validation together took %.0f s), report %s", run, table_path,
                     result.table.provenance["profile_seconds"], report_path)
         for line in report.lines():
@@ -61,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("MAPE per run: %s (median %.1f%%)", ", ".join(f"{m:.1f}%" for m in mapes),
                     statistics.median(mapes))
     return 0
+
+
+def _samples_doc(measured: RankMeasurements) -> dict[str, dict[str, object]]:
+    """One rank's raw samples with readable keys."""
+    doc: dict[str, dict[str, object]] = {}
+    for field in dataclasses.fields(measured):
+        doc[field.name] = {" ".join(str(part) for part in key): (dataclasses.asdict(value)
+                                                                 if dataclasses.is_dataclass(value) else value)
+                           for key, value in getattr(measured, field.name).items()}
+    return doc
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ def measurements(rank: int, p2p_busy: str) -> RankMeasurements:
             m.attention[(kind, s)] = _samples(attention_ms(kind, s), 0.05)
             if kind == "causal":
                 m.attention_forward[(kind, s)] = _samples(attention_ms(kind, s) / 3.5)   # backward = 2.5 x forward
+                m.ulysses_attention[(2, s)] = _samples(0.7 * attention_ms(kind, s))    # half the heads, 0.7 x time
     for layers, launch in ((1, LAUNCH_1), (2, LAUNCH_2)):
         for tokens in CONFIG.linear_tokens:
             both = launch + (layers * LAYER_MS + OUTPUT_MS) * tokens
@@ -84,6 +85,9 @@ def test_every_figure_comes_from_the_measurements() -> None:
     np.testing.assert_allclose(t.attention_full_ms.y, [attention_ms("full", s) for s in (16, 32, 64, 128)])
     assert t.attention_off_diagonal_ms is not None
     np.testing.assert_allclose(t.attention_off_diagonal_ms.y, [attention_ms("block", s) for s in (16, 32, 64, 128)])
+    assert t.attention_ulysses_ms is not None and set(t.attention_ulysses_ms) == {2}
+    np.testing.assert_allclose(t.attention_ulysses_ms[2].y,
+                               [0.7 * attention_ms("causal", s) for s in (16, 32, 64, 128)])
     assert t.attention_backward_ratio == pytest.approx(2.5)
     assert t.linear_backward_ratio == pytest.approx(2.0)
     assert t.linear_ms_per_token == pytest.approx(LAYER_MS)
@@ -174,6 +178,22 @@ def test_ulysses_charges_the_all_to_all_of_its_own_group_size() -> None:
     # Tiny's 4 heads allow Ulysses on 2 ranks; its time equals a table whose only a2a curve is size 2's.
     assert cost.group_time_ms(w, 2, "ulysses") == pytest.approx(per_size[2].group_time_ms(w, 2, "ulysses"))
     assert cost.group_time_ms(w, 2, "ulysses") < per_size[3].group_time_ms(w, 2, "ulysses")
+
+
+def test_ulysses_attention_of_a_degree_uses_its_own_grid() -> None:
+    table = table_of()
+    with_grid = CostModel(table, max_tokens_per_rank=10_000)
+    time = dataclasses.replace(table.time, attention_ulysses_ms=None)
+    without = CostModel(dataclasses.replace(table, time=time), max_tokens_per_rank=10_000)
+    lengths = [96, 40, 200]
+    w = with_grid.workload(lengths)
+    quadratic = 1e-4 * sum(s * s for s in lengths) + 2e-3 * sum(lengths)   # attention_ms("causal", .) per layer
+    docs = 0.5 * len(lengths)
+    scale = with_grid.coefficients.attention_passes_scale * table.layers_per_stage
+    # Its own grid: 0.7 x the full heads' attention; without: the quadratic part halved on 2 ranks.
+    expected = scale * (0.7 * (quadratic + docs) - (0.5 * quadratic + docs))
+    difference = float(with_grid.group_time_ms(w, 2, "ulysses")) - float(without.group_time_ms(w, 2, "ulysses"))
+    assert difference == pytest.approx(expected)
 
 
 def _with_a2a_everywhere(table: ProfileTable, grid) -> ProfileTable:  # type: ignore[no-untyped-def]

@@ -10,6 +10,9 @@ Assumptions (all stated here once):
 - Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
   2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
 - The vision encoder runs on the group's patches split evenly over its ranks.
+- Ulysses runs whole documents with heads / d heads per rank. Kernels do not always get d times
+  faster on d times fewer heads; a table with per-degree Ulysses grids gives each degree its own
+  fit, else the attention of the full heads is divided by d.
 - A causal ring's off-diagonal steps compute a rectangle per document (its shard's tokens against
   half as many keys). Kernels that skip masked work make that cost A(s) like the diagonal step; a
   table with an `off_diagonal` grid gives its own fit B(s) = alpha' s^2 + beta' s + gamma'.
@@ -58,6 +61,8 @@ class StageCoefficients:
     """Stage (alpha', beta', gamma') of an off-diagonal ring block (the diagonal's when not profiled)."""
     comm_overlap: float
     """Share of a ring step's transfer hidden behind its block compute."""
+    ulysses_fits: dict[int, tuple[float, float, float]]
+    """Per Ulysses degree with a profiled grid: stage (alpha, beta, gamma) of one rank's attention."""
     heads: int
     """Query heads per TP rank."""
     kv_heads: int
@@ -95,6 +100,8 @@ class StageCoefficients:
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
             comm_overlap=tm.comm_overlap,
+            ulysses_fits={d: tuple(layers * v for v in _checked_fit(grid, model.name, f"Ulysses degree {d}"))
+                          for d, grid in (tm.attention_ulysses_ms or {}).items()},
             heads=model.heads // table.tp,
             kv_heads=model.kv_heads // table.tp,
             head_bytes=model.head_dim * BYTES_PER_ELEMENT[table.dtype],

@@ -9,6 +9,10 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
   causal ring step computes for a document whose shard on the rank holds `x` tokens (x query
   rows against x/2 key rows, no mask). Absent: such a block costs what the causal grid says for
   `x` tokens, as on kernels that skip masked work.
+- `time.attention_ms.ulysses` (optional): per degree d (keys "2", "4", ...), forward + backward of
+  one layer's attention over one document of `x` tokens on one rank of a Ulysses group of d, i.e.
+  with that rank's heads / d heads (kernels lose efficiency on fewer heads). Absent for a degree:
+  the model mask's grid divided by d.
 - `time.linear_ms_per_token`: forward + backward of everything else in one layer (projections,
   MLP, norms, TP collectives) per token.
 - `time.output_ms_per_token`: embedding, LM head and loss, forward + backward, per token.
@@ -151,6 +155,8 @@ class TimeFigures:
     """Intra-node point-to-point curves per group size (None: `p2p_intra_ms` for every size)."""
     all_to_all_by_group_size_ms: dict[int, Grid] | None = None
     """Intra-node all-to-all curves per group size (None: `all_to_all_intra_ms` for every size)."""
+    attention_ulysses_ms: dict[int, Grid] | None = None
+    """Per Ulysses degree: one rank's attention (model mask, heads / d heads) vs document tokens."""
 
     def attention_ms(self, mask: str) -> Grid:
         """The attention grid of a mask type."""
@@ -222,7 +228,9 @@ class ProfileTable:
                 "attention_ms": {"causal": t.attention_causal_ms.to_dict(),
                                  "full": t.attention_full_ms.to_dict(),
                                  **({} if t.attention_off_diagonal_ms is None
-                                    else {"off_diagonal": t.attention_off_diagonal_ms.to_dict()})},
+                                    else {"off_diagonal": t.attention_off_diagonal_ms.to_dict()}),
+                                 **({} if t.attention_ulysses_ms is None
+                                    else {"ulysses": _grids_doc(t.attention_ulysses_ms)})},
                 "attention_backward_ratio": t.attention_backward_ratio,
                 "linear_ms_per_token": t.linear_ms_per_token,
                 "linear_backward_ratio": t.linear_backward_ratio,
@@ -277,11 +285,14 @@ class ProfileTable:
             raise
 
 
+def _grids_doc(grids: dict[int, Grid]) -> dict[str, Any]:
+    """Grids keyed by a group size or degree, as JSON (string keys)."""
+    return {str(size): grid.to_dict() for size, grid in sorted(grids.items())}
+
+
 def _by_size_doc(grids: dict[int, Grid] | None) -> dict[str, Any]:
     """The JSON entry of per-group-size grids (nothing when there are none)."""
-    if grids is None:
-        return {}
-    return {"by_group_size": {str(size): grid.to_dict() for size, grid in sorted(grids.items())}}
+    return {} if grids is None else {"by_group_size": _grids_doc(grids)}
 
 
 class _Parser:
@@ -426,16 +437,17 @@ class _Parser:
                 attention["off_diagonal"], "time.attention_ms.off_diagonal"),
             comm_overlap=1.0 if "comm_overlap" not in doc else self.number(
                 doc, p, "comm_overlap", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-            p2p_by_group_size_ms=self.by_size(p2p, "time.p2p_ms"),
-            all_to_all_by_group_size_ms=self.by_size(a2a, "time.all_to_all_ms"),
+            p2p_by_group_size_ms=self.keyed_grids(p2p, "time.p2p_ms", "by_group_size"),
+            all_to_all_by_group_size_ms=self.keyed_grids(a2a, "time.all_to_all_ms", "by_group_size"),
+            attention_ulysses_ms=self.keyed_grids(attention, "time.attention_ms", "ulysses"),
         )
 
-    def by_size(self, doc: dict[str, Any], path: str) -> dict[int, Grid] | None:
-        """The optional per-group-size grids of a communication section."""
-        if "by_group_size" not in doc:
+    def keyed_grids(self, doc: dict[str, Any], path: str, key: str) -> dict[int, Grid] | None:
+        """Optional grids keyed by a group size or degree (>= 2, written as strings)."""
+        if key not in doc:
             return None
-        full = f"{path}.by_group_size"
-        section = self.section(doc["by_group_size"], full)
+        full = f"{path}.{key}"
+        section = self.section(doc[key], full)
         if not section:
             raise self.fail(full, "a non-empty object", section)
         grids = {}

@@ -5,7 +5,8 @@ whole documents with heads / d heads per rank, a second all-to-all brings the ou
 backward mirrors both. Nothing overlaps. KV heads are replicated up to one per rank when d
 exceeds their count, so d must divide the query heads and either divide or be a multiple of the
 KV heads (per TP rank). An all-to-all of a group spanning nodes sends its intra-node and
-inter-node shares at once; the slower one sets its time.
+inter-node shares at once; the slower one sets its time. The attention on d ranks is the table's
+Ulysses grid of that degree when profiled, else the full heads' attention divided by d.
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ class UlyssesTimer:
             self._affine = (live * a_in, live * b_in * self._intra_per_token,
                             inter_base, live * b_out * self._inter_per_token)
         self._passes = passes
+        # Stage attention fit per supported degree: A(s) / d unless the degree has its own grid.
+        fits = np.array([c.ulysses_fits.get(int(k), (c.alpha / k, c.beta / k, c.gamma)) for k in self.degrees])
+        self._alpha, self._beta, self._gamma = fits[:, 0], fits[:, 1], fits[:, 2]
 
     def supported(self, degree: int) -> bool:
         """Whether Ulysses runs on `degree` ranks."""
@@ -86,10 +90,10 @@ class UlyssesTimer:
             inter = self._a2a.inter(self._inter_per_token * tokens)
             msgs = self._passes * np.where(self._single, 0.0, np.where(self._spans, np.maximum(intra, inter), intra))
         half = len(self._inv)
-        scaled = (c.attention_passes_scale * (c.alpha * w.sum_sq_tokens + c.beta * tokens)
-                  + c.per_token_ms * tokens + c.per_patch_ms * w.vision_patches)
-        out = self._inv * scaled
+        out = self._inv * (c.per_token_ms * tokens + c.per_patch_ms * w.vision_patches)
+        out += c.attention_passes_scale * (self._alpha * w.sum_sq_tokens + self._beta * tokens
+                                           + self._gamma * w.num_docs)
         out += msgs[:, :half]
         out += msgs[:, half:]
-        out += c.attention_passes_scale * c.gamma * w.num_docs + c.launch_ms
+        out += c.launch_ms
         return out

@@ -10,7 +10,10 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.cost.table import ModelShape
+from mindspeed_mm.core.fcp.cost.ulysses import ulysses_degrees
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
+from mindspeed_mm.core.fcp.parallel.ulysses import kv_repeat_factor
 from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS, CommSamples, comm_samples, prewarm_groups, reference_block
 from mindspeed_mm.core.fcp.profiler.compute import (
     ATTENTION_KINDS,
@@ -54,6 +57,8 @@ class RankMeasurements:
     """(kind, document length) -> forward + backward of one layer's attention core, per document."""
     attention_forward: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """(`causal`, document length) -> forward alone, per document (for the backward / forward ratio)."""
+    ulysses_attention: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
+    """(Ulysses degree, document length) -> one rank's attention (its heads / degree), per document."""
     decoder: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
     """(layers, tokens) -> forward + backward of a decoder of that many layers without attention work."""
     decoder_forward: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
@@ -112,6 +117,17 @@ class RankProfiler:
         """Elapsed seconds per measurement phase so far."""
 
     @property
+    def ulysses_shapes(self) -> dict[int, ModelShape]:
+        """Per Ulysses degree up to the world size, the head counts one rank of such a group attends with."""
+        shape = self.config.model
+        shapes = {}
+        for degree in ulysses_degrees(shape.heads, shape.kv_heads):
+            if 2 <= degree <= self.world_size:
+                kv = shape.kv_heads * kv_repeat_factor(shape.heads, shape.kv_heads, degree) // degree
+                shapes[degree] = dataclasses.replace(shape, heads=shape.heads // degree, kv_heads=kv)
+        return shapes
+
+    @property
     def group_sizes(self) -> tuple[int, ...]:
         """Group sizes of the communication measurements."""
         return tuple(range(2, self.world_size + 1))
@@ -119,7 +135,7 @@ class RankProfiler:
     def steps(self) -> int:
         """Measurements in one sweep (for progress bars)."""
         c = self.config
-        return (len(ATTENTION_KINDS) * len(c.attention_lengths)
+        return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
                 + len(self.decoders) * len(c.linear_tokens)
                 + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes))
 
@@ -138,6 +154,12 @@ class RankProfiler:
                 if forward is not None:
                     out.attention_forward[(kind, length)] = tuple(t / docs for t in forward.times_ms)
                 on_step(f"attention {kind} {length}")
+        mask = c.model.attention_mask
+        for degree, shape in self.ulysses_shapes.items():
+            for length in c.attention_lengths:
+                both, _ = attention_samples(shape, mask, length, docs, c.dtype, timing, c.seed, forward_too=False)
+                out.ulysses_attention[(degree, length)] = tuple(t / docs for t in both.times_ms)
+                on_step(f"attention ulysses {degree} {length}")
         started = self._phase("attention", started)
         for layers, decoder in self.decoders.items():
             for tokens in c.linear_tokens:

@@ -122,6 +122,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     statistic = config.statistic
     attention = _merged(ranks, "attention", statistic)
     attention_forward = _merged(ranks, "attention_forward", statistic)
+    ulysses = _merged(ranks, "ulysses_attention", statistic)
     decoder = _merged(ranks, "decoder", statistic)
     decoder_forward = _merged(ranks, "decoder_forward", statistic)
     comm = _merged_comm(ranks, statistic)
@@ -155,6 +156,9 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         all_to_all_intra_ms=a2a,
         all_to_all_inter_ms=a2a,
         attention_off_diagonal_ms=grids["block"],
+        attention_ulysses_ms={degree: _grid(config.attention_lengths,
+                                            [ulysses[(degree, x)] for x in config.attention_lengths], "loglog")
+                              for degree in sorted({d for d, _ in ulysses})} or None,
         comm_overlap=p2p_curve.overlap,
         p2p_by_group_size_ms={size: curves[("p2p", size)].grid for size in range(2, config.world_size + 1)},
         all_to_all_by_group_size_ms={size: curves[("all_to_all", size)].grid
