@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test test-ut test-st bench clean
+.PHONY: venv demo test bench clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)

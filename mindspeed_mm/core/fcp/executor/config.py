@@ -133,7 +133,7 @@ class FCPConfig:
     """`lazy`: create a group before the first step whose plan uses it; `prewarm`: all contiguous groups at start."""
     ranks_per_node: int | None = _key("fcp_ranks_per_node", None)
     """Ranks sharing a node's fast link; None takes the cost model's hardware value."""
-    log_plan: bool = _key("fcp_log_plan", True)
+    log_plan: bool = _key("fcp_log_plan", False)
     """Log each step's plan summary (groups, degrees, predicted vs measured round time)."""
 
 
