@@ -67,3 +67,8 @@ def test_hccl_needs_an_npu() -> None:
 def test_unknown_model_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"--model: unknown model 'gpt5'; valid: \["):
         model_shape("gpt5")
+
+
+def test_long_attention_lengths_pack_fewer_documents_per_call() -> None:
+    config = ProfileConfig()
+    assert [config.docs_per_call(n) for n in (16, 256, 512, 4096)] == [8, 8, 4, 1]

@@ -65,7 +65,9 @@ class ProfileConfig:
     attention_lengths: tuple[int, ...] = DEFAULT_ATTENTION_LENGTHS
     """Document lengths (tokens) of the attention grids."""
     attention_docs_per_call: int = 8
-    """Documents packed into each timed attention call; the grids hold the time per document."""
+    """Most documents packed into one timed attention call; the grids hold the time per document."""
+    attention_tokens_per_call: int = 2048
+    """Fewer documents per call for long lengths, so a call holds at most this many tokens (at least one document)."""
     linear_tokens: tuple[int, ...] = DEFAULT_LINEAR_TOKENS
     """Batch sizes (tokens) of the linear-layer measurements."""
     message_bytes: tuple[int, ...] = DEFAULT_MESSAGE_BYTES
@@ -101,6 +103,7 @@ class ProfileConfig:
         for option, value in (("--world-size", self.world_size), ("--ranks-per-node", self.ranks_per_node),
                               ("--repeats", self.repeats), ("--sweeps", self.sweeps),
                               ("--attention-docs-per-call", self.attention_docs_per_call),
+                              ("--attention-tokens-per-call", self.attention_tokens_per_call),
                               ("--busy-block-length", self.busy_block_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option} must be a positive int, got {value!r}")
@@ -124,6 +127,10 @@ class ProfileConfig:
         _check_sizes("--attention-lengths", self.attention_lengths, minimum=2, at_least=3)
         _check_sizes("--linear-tokens", self.linear_tokens, at_least=2)
         _check_sizes("--message-bytes", self.message_bytes, at_least=2)
+
+    def docs_per_call(self, length: int) -> int:
+        """Documents of `length` tokens packed into one timed attention call."""
+        return max(1, min(self.attention_docs_per_call, self.attention_tokens_per_call // length))
 
     @property
     def torch_device(self) -> torch.device:

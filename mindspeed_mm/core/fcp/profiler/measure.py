@@ -144,10 +144,10 @@ class RankProfiler:
         c = self.config
         timing = Repeats(c.warmup, repeats, self.device, c.min_sample_ms, c.clock)
         out = RankMeasurements()
-        docs = c.attention_docs_per_call
         started = time.perf_counter()
         for kind in ATTENTION_KINDS:
             for length in c.attention_lengths:
+                docs = c.docs_per_call(length)
                 both, forward = attention_samples(c.model, kind, length, docs, c.dtype, timing, c.seed,
                                                   forward_too=kind == "causal")
                 out.attention[(kind, length)] = tuple(t / docs for t in both.times_ms)
@@ -157,6 +157,7 @@ class RankProfiler:
         mask = c.model.attention_mask
         for degree, shape in self.ulysses_shapes.items():
             for length in c.attention_lengths:
+                docs = c.docs_per_call(length)
                 both, _ = attention_samples(shape, mask, length, docs, c.dtype, timing, c.seed, forward_too=False)
                 out.ulysses_attention[(degree, length)] = tuple(t / docs for t in both.times_ms)
                 on_step(f"attention ulysses {degree} {length}")

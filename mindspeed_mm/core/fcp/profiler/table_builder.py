@@ -188,6 +188,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "clock": config.clock,
             "warmup": config.warmup, "repeats": config.repeats, "sweeps": config.sweeps,
             "min_sample_ms": config.min_sample_ms, "attention_docs_per_call": config.attention_docs_per_call,
+            "attention_tokens_per_call": config.attention_tokens_per_call,
             "busy_block_length": config.busy_block_length, "nice": config.nice, "seed": config.seed,
         },
         "phase_seconds": {k: round(v, 1) for k, v in rank_facts[0].phase_seconds.items()},
