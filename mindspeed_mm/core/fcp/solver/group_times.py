@@ -60,6 +60,25 @@ class SampleWorkloads:
         members = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=sum(sizes))
         return self.assigned(members, np.repeat(np.arange(len(groups)), sizes), len(groups))
 
+    def exchanged(self, groups: Sequence[Sequence[int]], rows: np.ndarray, minus: np.ndarray,
+                  plus: np.ndarray) -> Any:
+        """Workloads of changed groups, as `GroupTimer.evaluate` takes them: row k is group rows[k]
+        without sample minus[k] and with sample plus[k] (-1: none)."""
+        if self.columns is not None:
+            sizes = [len(g) for g in groups]
+            members = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=sum(sizes))
+            base = self.columns.group_sums(members, np.repeat(np.arange(len(groups)), sizes), len(groups)).values
+            values = self.columns.values
+            out = base[rows]
+            out -= np.where((minus >= 0)[:, None], values[np.maximum(minus, 0)], 0.0)
+            out += np.where((plus >= 0)[:, None], values[np.maximum(plus, 0)], 0.0)
+            return WorkloadColumns(out)
+        changed = []
+        for row, out_sample, in_sample in zip(rows.tolist(), minus.tolist(), plus.tolist()):
+            batch = [i for i in groups[row] if i != out_sample] + ([in_sample] if in_sample >= 0 else [])
+            changed.append(batch)
+        return self.groups(changed)[0]
+
     def assigned(self, members: np.ndarray, owners: np.ndarray, count: int) -> tuple[Any, np.ndarray]:
         """Like `groups`, for `count` batches given as sample members[j] in batch owners[j]."""
         if self.columns is not None:

@@ -7,8 +7,9 @@ same inputs give the same plan and digest on every rank (every search budget is 
 Small problems get the thorough search: every start grouping, several round counts and spreads,
 best-improvement local search. Larger ones get the lean one (`_lean_rounds`): uniform start
 groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
-it cannot win, for the fewest rounds and then one more round at a time while that does better; a
-local search with a budget of moves only when the plan is more than `_GOOD_ENOUGH` above the bound.
+it cannot win, for the fewest rounds and then one more round at a time while that does better; then
+a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
+plan is already within `_GOOD_ENOUGH` of the lower bound.
 """
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ logger = logging.getLogger(__name__)
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(uniform_degrees=(), bin_fractions=(1.0, 0.75, 0.5), packing_starts=True, max_moves=64,
                          max_evaluations=1 << 30, max_targets=1 << 30, max_movers=1 << 30, first_improvement=False)
-_LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=2, max_evaluations=12,
-                     max_targets=3, max_movers=2, first_improvement=True)
+_LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=3, max_evaluations=0,
+                     max_targets=2, max_movers=3, first_improvement=True)
 # Lean search: round counts tried beyond the memory bound at most, and the plan / lower bound ratio
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
-_GOOD_ENOUGH = 1.05
+_GOOD_ENOUGH = 1.01
 # Share of the memory of the previous round count's ranks above which one more round is always tried.
 _TIGHT_MEMORY = 0.75
 
@@ -202,8 +203,8 @@ def _lean_rounds(
         count += 1
     if best is None:
         raise _no_plan(limit, n_ranks, capacity)
-    improve = best[0] > _GOOD_ENOUGH * lower_bound
-    return [solver.finish(start, improve) for start in best[1]]
+    moves = solver.limits.max_moves if best[0] > _GOOD_ENOUGH * lower_bound else 0
+    return [solver.polish(start, moves) for start in best[1]]
 
 
 def _per_round(spread: list[list[int]], start: Callable[[list[int]], RoundStart | None]) -> list[RoundStart] | None:

@@ -327,6 +327,73 @@ class RoundSolver:
         spare = self.num_ranks - int(start.min_degrees.sum())
         return self._chosen(groups, start.times, realise(start.times, spare, start.makespan))
 
+    def polish(self, start: RoundStart, moves: int) -> RoundChoice:
+        """The start with its optimal degrees, then changes between the slowest group and a fast one
+        (`_best_move`), degrees kept, while a change shortens the round, `moves` at most. All
+        candidate changes of one step are timed in one cost-model query."""
+        grouping = start.grouping()
+        spare = self.num_ranks - int(start.min_degrees.sum())
+        extra = realise(start.times, spare, start.makespan)
+        rows = np.arange(len(grouping))
+        members = [list(g) for g in grouping]
+        degrees = (start.min_degrees + extra).tolist()
+        times = start.times[rows, extra].tolist()
+        algos = start.algos[rows, extra].tolist()
+        for _ in range(moves):
+            move = self._best_move(members, degrees, times)
+            if move is None:
+                break
+            slow, target, out_of_slow, out_of_target = move[:4]
+            members[slow].remove(out_of_slow)
+            members[target].append(out_of_slow)
+            if out_of_target >= 0:
+                members[target].remove(out_of_target)
+                members[slow].append(out_of_target)
+            times[slow], times[target] = move[4], move[5]
+            algos[slow], algos[target] = move[6], move[7]
+        names = self.timer.cost.algos
+        chosen = [GroupChoice(tuple(sorted(m)), d, names[a], t) for m, d, a, t in zip(members, degrees, algos, times)]
+        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), max(times))
+
+    def _best_move(
+        self, members: list[list[int]], degrees: list[int], times: list[float]
+    ) -> tuple[int, int, int, int, float, float, int, int] | None:
+        """The change that shortens the round most, degrees kept: one sample (among the `max_movers`
+        shortest) of the slowest group moves to one of the `max_targets` fastest groups, or swaps with
+        one of that group's `max_movers` shortest samples. Returns (slowest group, target group,
+        sample out of the slowest (-1: none), sample out of the target (-1: none), their new times
+        and algos); None when no change shortens the round."""
+        order = sorted(range(len(times)), key=lambda k: (-times[k], k))
+        slow = order[0]
+        targets = order[:0:-1][: self.limits.max_targets]
+        if len(members[slow]) < 2 or not targets:
+            return None
+
+        def shortest(k: int) -> list[int]:
+            return sorted(members[k], key=lambda i: (self.lengths[i], i))[: self.limits.max_movers]
+
+        # Changes (target, sample from the slowest, sample from the target or -1 for a plain move).
+        changes = [(t, i, j) for t in targets for i in shortest(slow) for j in [-1, *shortest(t)]]
+        picked = [slow, *targets]
+        position = {k: p for p, k in enumerate(picked)}
+        # Rows 2c and 2c + 1: the slowest group and the target after change c.
+        rows = np.array([position[k] for t, _, _ in changes for k in (slow, t)], dtype=np.int64)
+        out_in = np.array([(i, j, j, i) for _, i, j in changes], dtype=np.int64).reshape(-1, 2)
+        workloads = self.facts.workloads.exchanged([members[k] for k in picked], rows, out_in[:, 0], out_in[:, 1])
+        firsts = [degrees[k] for t, _, _ in changes for k in (slow, t)]
+        new, new_algos = self.timer.evaluate(workloads, firsts, self.top_degree, 1)
+        new = new[:, 0].reshape(-1, 2)
+        new_algos = new_algos[:, 0].reshape(-1, 2)
+        # The slowest of the other groups bounds the round whatever the change.
+        rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
+        values = np.maximum(new.max(axis=1), [rest[t] for t, _, _ in changes])
+        best = int(np.argmin(values))
+        if not values[best] < times[slow] * (1 - _IMPROVEMENT_RTOL):
+            return None
+        target, i, j = changes[best]
+        return (slow, target, i, j, float(new[best, 0]), float(new[best, 1]), int(new_algos[best, 0]),
+                int(new_algos[best, 1]))
+
     def _evaluated(self, members: np.ndarray, owners: np.ndarray, count: int, size: int) -> RoundStart | None:
         """The grouping given by (members, owners) with its optimal degree split, None when it cannot
         fit. Times come straight from the batched workloads of the groups (no per-group objects)."""
