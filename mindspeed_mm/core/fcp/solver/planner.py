@@ -27,7 +27,9 @@ from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
+from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
+from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -173,7 +175,7 @@ def _lean_rounds(
     count = tried[0]
     while count <= limit and (count <= tried[-1] or best is None):
         sizes = usable if best is None else [best_size]
-        estimates = solver.step_estimates(count, sizes)
+        estimates = step_estimates(solver, count, sizes)
         # The memory-free estimates miss what one more round gains when memory is tight.
         tight = sum(lengths) > _TIGHT_MEMORY * (count - 1) * n_ranks * capacity
         scale = 1.0 if best is None or tight else calibration
@@ -182,7 +184,7 @@ def _lean_rounds(
         for estimate, size in sorted(zip(estimates, sizes)):
             if best is not None and estimate * scale >= best[0]:
                 break
-            starts = solver.joint_starts(count, size)
+            starts = joint_starts(solver, count, size)
             if starts is None:
                 if spread is None:
                     spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
@@ -204,7 +206,7 @@ def _lean_rounds(
     if best is None:
         raise _no_plan(limit, n_ranks, capacity)
     moves = solver.limits.max_moves if best[0] > _GOOD_ENOUGH * lower_bound else 0
-    return [solver.polish(start, moves) for start in best[1]]
+    return [polish_round(solver, start, moves) for start in best[1]]
 
 
 def _per_round(spread: list[list[int]], start: Callable[[list[int]], RoundStart | None]) -> list[RoundStart] | None:

@@ -1,11 +1,13 @@
 """One round: which samples run together (groups) and on how many ranks (degrees).
 
-Start groupings come from uniform packings (groups of about g ranks, samples balanced by work per
-rank), from a time-balanced LPT packing aimed at the round's work bound, and from stage 1 (memory
-best-fit-decreasing); stage 2 (`degree_dp`) gives each grouping its optimal degrees and the best one
-is the round's start. A short local search then works on the slowest group: split it, pull one of
-its samples out, merge it with a fast group, move one of its samples to a fast group, or merge the
-two fastest groups to free ranks for it, keeping every change that lowers the round's makespan.
+Start groupings come from uniform packings (groups of about g ranks, samples balanced by their
+marginal time per rank), from a time-balanced LPT packing aimed at the round's work bound, and from
+stage 1 (memory best-fit-decreasing); stage 2 (`degree_dp`) gives each grouping its optimal degrees
+(`RoundSolver.evaluated`, straight from the batched workloads of the groups) and the best one is the
+round's start. A local search then works on the slowest group: split it, pull one of its samples
+out, merge it with a fast group, move one of its samples to a fast group, or merge the two fastest
+groups to free ranks for it, keeping every change that lowers the round's makespan. (Large batches
+take their starts from `step_layout` and end with `round_polish` instead.)
 
 Degree windows: group k is timed on degrees m_k .. m_k + W - 1 only, W about twice the round's
 average group size (enough for any balanced layout); when the optimal split leaves a group that sets
@@ -44,15 +46,17 @@ class SearchLimits:
     packing_starts: bool
     """Also start from the stage 1 memory packing and from one group per sample."""
     max_moves: int
-    """Improving moves accepted at most per round."""
+    """Improving moves accepted at most per round (local search or polish)."""
     max_evaluations: int
-    """Candidate moves evaluated at most per round (a work budget counted in moves, not seconds)."""
+    """Candidate moves the local search evaluates at most per round (a work budget counted in moves,
+    not seconds)."""
     max_targets: int
     """Fastest groups tried as destinations when moving a sample out of the slowest group."""
     max_movers: int
-    """Samples of the slowest group (smallest first) tried for moving / pulling out."""
+    """Samples of the slowest group (smallest first) tried for moving / pulling out (polish: also
+    the samples of a target tried for swapping)."""
     first_improvement: bool
-    """Take the first improving move instead of the best one."""
+    """Local search: take the first improving move instead of the best one."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,6 @@ class RoundStart:
     """Optimal makespan of the groups."""
     window: int
     """Degree window the split was made with."""
-    group_size: int
-    """Group size g of the uniform grouping it came from (0: another start grouping)."""
     min_degrees: np.ndarray
     """Minimum degree of each group (memory)."""
     times: np.ndarray
@@ -152,8 +154,8 @@ class RoundSolver:
         self.limits = limits
         self._known: dict[tuple[int, ...], _Group] = {}
         self._twin: GroupTimer | None = None
-        self._mins = np.asarray(facts.min_degrees, dtype=np.int64)
-        self._device = np.asarray(facts.device_ms, dtype=np.float64)
+        self.min_degrees = np.asarray(facts.min_degrees, dtype=np.int64)
+        self.device_ms = np.asarray(facts.device_ms, dtype=np.float64)
         self._marginal: dict[int, list[float]] = {}
 
     def best_ms(self, i: int) -> float:
@@ -177,126 +179,24 @@ class RoundSolver:
         the limits ask for them or when no uniform one fits."""
         degrees = self.limits.uniform_degrees if degrees is None else degrees
         found = [start for candidate in self._start_assignments(sample_ids, degrees, self.limits.packing_starts)
-                 if (start := self._evaluated(*candidate)) is not None]
+                 if (start := self.evaluated(*candidate)) is not None]
         if not found and not self.limits.packing_starts:
             found = [start for candidate in self._start_assignments(sample_ids, (), True)
-                     if (start := self._evaluated(*candidate)) is not None]
+                     if (start := self.evaluated(*candidate)) is not None]
         return sorted(found, key=lambda start: start.makespan)
 
     def uniform_start(self, sample_ids: Sequence[int], degree: int) -> RoundStart | None:
         """The uniform start grouping of one round for group size `degree` (None: it does not fit)."""
-        packed = self._uniform_packing(self._by_work(sample_ids), degree)
-        return None if packed is None else self._evaluated(*packed, degree)
+        packed = self._uniform_packing(self.by_work(sample_ids), degree)
+        return None if packed is None else self.evaluated(*packed)
 
-    def step_estimates(self, rounds: int, degrees: Sequence[int]) -> list[float]:
-        """Per group size g: the step time if the work of the samples that fit g ranks were split
-        evenly over the groups of g ranks that `rounds` rounds leave beside the samples that need
-        more (each on its minimum degree): rounds x (F + (T(those samples, g) - F) / groups), F the
-        time of an empty group (memory ignored otherwise), and no round faster than the
-        slowest sample it holds alone (`_slowest_alone`). A start of size g rarely beats it,
-        so it orders the sizes to try and skips those that cannot win (inf: no room for them)."""
-        # Group k < len(degrees): the samples that fit degrees[k] ranks; the last group: empty.
-        fits = self._mins[None, :] <= np.asarray(degrees)[:, None]
-        rows, members = np.nonzero(fits)
-        workloads, _ = self.facts.workloads.assigned(members, rows, len(degrees) + 1)
-        top = max(degrees)
-        times, _ = self._memory_free_timer().evaluate(workloads, [1] * (len(degrees) + 1), top, top)
-        empty = times[-1]
-        out = []
-        for k, d in enumerate(degrees):
-            groups = (rounds * self.num_ranks - int(self._mins[~fits[k]].sum())) / d
-            if groups < 1:
-                out.append(float("inf"))
-                continue
-            work = times[k, d - 1] - empty[d - 1] if fits[k].any() else 0.0
-            # A round's makespan with its share of the work over its groups of d ranks.
-            balanced = float(empty[d - 1] + work / groups)
-            out.append(sum(max(balanced, slowest) for slowest in self._slowest_alone(d, rounds, balanced)))
-        return out
-
-    def _slowest_alone(self, degree: int, rounds: int, balanced: float) -> list[float]:
-        """Per round: the slowest sample it holds alone, among the samples that need more than
-        `degree` ranks (on their minimum degree) or alone take longer than `balanced` (on `degree`
-        ranks, device time / ranks), dealt slowest first to the first round with ranks left (0 where
-        a round gets none, inf when they do not fit)."""
-        ranks = np.maximum(self._mins, degree)
-        alone = self._device / ranks
-        heavy = np.flatnonzero((self._mins > degree) | (alone > balanced))
-        slowest = [0.0] * rounds
-        room = [self.num_ranks] * rounds
-        for i in heavy[np.lexsort((heavy, -alone[heavy]))].tolist():
-            width = int(ranks[i])
-            r = next((r for r in range(rounds) if room[r] >= width), -1)
-            if r < 0:
-                return [float("inf")] * rounds
-            room[r] -= width
-            slowest[r] = max(slowest[r], float(alone[i]))
-        return slowest
-
-    def joint_starts(self, rounds: int, degree: int) -> list[RoundStart] | None:
-        """Starts of every round at once for group size `degree`. A sample that needs more ranks
-        (memory) gets a group of its own minimum degree; the ranks the rounds have beside those form
-        groups of `degree` ranks. The other samples, most device time first, go each to the group with
-        the least time per rank that has memory for it (a sample adding its marginal time at
-        `degree`). The groups are then ranked by time and dealt to the rounds in that order (each to
-        the first round with ranks left), so that the slowest groups share a round: the step takes the
-        sum of the round makespans. None when memory or the ranks do not allow it, or a round would
-        get no sample."""
-        by_work = self._by_work(range(len(self.lengths)))
-        wide = self._mins[by_work] > degree
-        own = by_work[wide]
-        rest = by_work[~wide].tolist()
-        widths = self._mins[own].tolist()
-        uniform = (rounds * self.num_ranks - sum(widths)) // degree
-        if uniform < 0 or (rest and uniform == 0):
-            return None
-        weights = self._marginal_ms(degree)
-        rooms = [w * self.capacity_tokens - self.lengths[i] for w, i in zip(widths, own.tolist())]
-        loads = [self.facts.device_ms[i] / w for w, i in zip(widths, own.tolist())]
-        scales = [degree / w for w in widths] + [1.0] * uniform
-        chosen = least_loaded_assignment(rest, weights, self.lengths, rooms + [degree * self.capacity_tokens] * uniform,
-                                         scales, loads + [0.0] * uniform)
-        if chosen is None:
-            return None
-        slots = len(widths) + uniform
-        widths += [degree] * uniform
-        members = np.concatenate([own, np.asarray(rest, dtype=np.int64)])
-        slot_of = np.concatenate([np.arange(len(own)), np.asarray(chosen, dtype=np.int64)])
-        load = np.asarray(loads + [0.0] * uniform)
-        load += np.bincount(slot_of[len(own):], weights=np.asarray(weights)[rest] if rest else None,
-                            minlength=slots)[:slots] * np.asarray(scales)
-        filled = np.zeros(slots, dtype=bool)
-        filled[slot_of] = True
-        round_of_slot = np.full(slots, -1, dtype=np.int64)
-        room = [self.num_ranks] * rounds
-        for slot in np.lexsort((np.arange(slots), -load)).tolist():
-            if not filled[slot]:
-                continue
-            r = next((r for r in range(rounds) if room[r] >= widths[slot]), -1)
-            if r < 0:
-                return None
-            round_of_slot[slot] = r
-            room[r] -= widths[slot]
-        round_of = round_of_slot[slot_of]
-        starts = []
-        for r in range(rounds):
-            here = round_of == r
-            if not here.any():
-                return None
-            used, owners = np.unique(slot_of[here], return_inverse=True)
-            start = self._evaluated(members[here], owners.astype(np.int64), int(used.size), degree)
-            if start is None:
-                return None
-            starts.append(start)
-        return starts
-
-    def _memory_free_timer(self) -> GroupTimer:
+    def memory_free_timer(self) -> GroupTimer:
         """Times on the cost model without its memory limit."""
         if self._twin is None:
             self._twin = GroupTimer(unlimited_memory_twin(self.timer.cost), self.top_degree)
         return self._twin
 
-    def _marginal_ms(self, degree: int) -> list[float]:
+    def marginal_ms(self, degree: int) -> list[float]:
         """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory
         ignored), memoised per degree."""
         found = self._marginal.get(degree)
@@ -306,7 +206,7 @@ class RoundSolver:
             members = np.arange(count, dtype=np.int64)
             # One group per sample plus an empty one.
             batches, _ = workloads.assigned(members, members, count + 1)
-            times, _ = self._memory_free_timer().evaluate(batches, [degree] * (count + 1), degree, 1)
+            times, _ = self.memory_free_timer().evaluate(batches, [degree] * (count + 1), degree, 1)
             found = (times[:count, 0] - times[count, 0]).tolist()
             self._marginal[degree] = found
         return found
@@ -327,74 +227,7 @@ class RoundSolver:
         spare = self.num_ranks - int(start.min_degrees.sum())
         return self._chosen(groups, start.times, realise(start.times, spare, start.makespan))
 
-    def polish(self, start: RoundStart, moves: int) -> RoundChoice:
-        """The start with its optimal degrees, then changes between the slowest group and a fast one
-        (`_best_move`), degrees kept, while a change shortens the round, `moves` at most. All
-        candidate changes of one step are timed in one cost-model query."""
-        grouping = start.grouping()
-        spare = self.num_ranks - int(start.min_degrees.sum())
-        extra = realise(start.times, spare, start.makespan)
-        rows = np.arange(len(grouping))
-        members = [list(g) for g in grouping]
-        degrees = (start.min_degrees + extra).tolist()
-        times = start.times[rows, extra].tolist()
-        algos = start.algos[rows, extra].tolist()
-        for _ in range(moves):
-            move = self._best_move(members, degrees, times)
-            if move is None:
-                break
-            slow, target, out_of_slow, out_of_target = move[:4]
-            members[slow].remove(out_of_slow)
-            members[target].append(out_of_slow)
-            if out_of_target >= 0:
-                members[target].remove(out_of_target)
-                members[slow].append(out_of_target)
-            times[slow], times[target] = move[4], move[5]
-            algos[slow], algos[target] = move[6], move[7]
-        names = self.timer.cost.algos
-        chosen = [GroupChoice(tuple(sorted(m)), d, names[a], t) for m, d, a, t in zip(members, degrees, algos, times)]
-        return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), max(times))
-
-    def _best_move(
-        self, members: list[list[int]], degrees: list[int], times: list[float]
-    ) -> tuple[int, int, int, int, float, float, int, int] | None:
-        """The change that shortens the round most, degrees kept: one sample (among the `max_movers`
-        shortest) of the slowest group moves to one of the `max_targets` fastest groups, or swaps with
-        one of that group's `max_movers` shortest samples. Returns (slowest group, target group,
-        sample out of the slowest (-1: none), sample out of the target (-1: none), their new times
-        and algos); None when no change shortens the round."""
-        order = sorted(range(len(times)), key=lambda k: (-times[k], k))
-        slow = order[0]
-        targets = order[:0:-1][: self.limits.max_targets]
-        if len(members[slow]) < 2 or not targets:
-            return None
-
-        def shortest(k: int) -> list[int]:
-            return sorted(members[k], key=lambda i: (self.lengths[i], i))[: self.limits.max_movers]
-
-        # Changes (target, sample from the slowest, sample from the target or -1 for a plain move).
-        changes = [(t, i, j) for t in targets for i in shortest(slow) for j in [-1, *shortest(t)]]
-        picked = [slow, *targets]
-        position = {k: p for p, k in enumerate(picked)}
-        # Rows 2c and 2c + 1: the slowest group and the target after change c.
-        rows = np.array([position[k] for t, _, _ in changes for k in (slow, t)], dtype=np.int64)
-        out_in = np.array([(i, j, j, i) for _, i, j in changes], dtype=np.int64).reshape(-1, 2)
-        workloads = self.facts.workloads.exchanged([members[k] for k in picked], rows, out_in[:, 0], out_in[:, 1])
-        firsts = [degrees[k] for t, _, _ in changes for k in (slow, t)]
-        new, new_algos = self.timer.evaluate(workloads, firsts, self.top_degree, 1)
-        new = new[:, 0].reshape(-1, 2)
-        new_algos = new_algos[:, 0].reshape(-1, 2)
-        # The slowest of the other groups bounds the round whatever the change.
-        rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
-        values = np.maximum(new.max(axis=1), [rest[t] for t, _, _ in changes])
-        best = int(np.argmin(values))
-        if not values[best] < times[slow] * (1 - _IMPROVEMENT_RTOL):
-            return None
-        target, i, j = changes[best]
-        return (slow, target, i, j, float(new[best, 0]), float(new[best, 1]), int(new_algos[best, 0]),
-                int(new_algos[best, 1]))
-
-    def _evaluated(self, members: np.ndarray, owners: np.ndarray, count: int, size: int) -> RoundStart | None:
+    def evaluated(self, members: np.ndarray, owners: np.ndarray, count: int) -> RoundStart | None:
         """The grouping given by (members, owners) with its optimal degree split, None when it cannot
         fit. Times come straight from the batched workloads of the groups (no per-group objects)."""
         if count > self.num_ranks:
@@ -412,13 +245,13 @@ class RoundSolver:
             if not math.isfinite(makespan):
                 return None
             if width > spare or not _at_window_edge(times, makespan):
-                return RoundStart(members, owners, makespan, window, size, mins, times, algos)
+                return RoundStart(members, owners, makespan, window, mins, times, algos)
             window *= 2
 
     def _start_assignments(
         self, sample_ids: Sequence[int], degrees: Sequence[int], packings: bool
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, int, int]]:
-        """(members, owners, group count, uniform group size or 0) of the start groupings:
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """(members, owners, group count) of the start groupings:
         time-balanced LPT ones, uniform ones, then (with `packings`) the memory packing of stage 1
         and one group per sample. With `packings` (the thorough search), each grouping once."""
         seen: set[tuple[tuple[int, ...], ...]] = set()
@@ -432,30 +265,30 @@ class RoundSolver:
         for fraction in self.limits.bin_fractions if packings else ():
             groups = self._lpt_packing(sample_ids, fraction)
             if groups is not None and fresh(groups):
-                yield (*_assignment(groups), 0)
-        by_work = self._by_work(sample_ids)
+                yield _assignment(groups)
+        by_work = self.by_work(sample_ids)
         for degree in degrees:
             if degree <= self.top_degree:
                 packed = self._uniform_packing(by_work, degree)
                 if packed is not None and (not packings or fresh(_grouping(packed[0], packed[1]))):
-                    yield (*packed, degree)
+                    yield packed
         if not packings:
             return
         if not self.limits.bin_fractions:
             groups = self._lpt_packing(sample_ids, 1.0)
             if groups is not None and fresh(groups):
-                yield (*_assignment(groups), 0)
+                yield _assignment(groups)
         stage_one = merge_smallest(
             best_fit_decreasing(sample_ids, self.lengths, self.capacity_tokens),
             self.num_ranks, self.top_degree, self.capacity_tokens,
         )
         if stage_one is not None and fresh([g.samples for g in stage_one]):
-            yield (*_assignment([g.samples for g in stage_one]), 0)
+            yield _assignment([g.samples for g in stage_one])
         singletons = [(i,) for i in sorted(sample_ids)]
         # The most groups possible: needed when a degree cap leaves fewer groups unable to occupy
         # every rank.
         if len(singletons) <= self.num_ranks and fresh(singletons):
-            yield (*_assignment(singletons), 0)
+            yield _assignment(singletons)
 
     def _lpt_packing(self, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
         """Time-balanced grouping aimed at the round's work bound tau = sum(device time) / N.
@@ -492,10 +325,10 @@ class RoundSolver:
             return None
         return groups
 
-    def _by_work(self, sample_ids: Sequence[int]) -> np.ndarray:
+    def by_work(self, sample_ids: Sequence[int]) -> np.ndarray:
         """The samples, most device time first (ties: lowest index)."""
         ids = np.asarray(sample_ids, dtype=np.int64)
-        return ids[np.lexsort((ids, -self._device[ids]))]
+        return ids[np.lexsort((ids, -self.device_ms[ids]))]
 
     def _uniform_packing(self, by_work: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
         """Groups of about `degree` ranks. A sample that needs more ranks (memory) opens a group of
@@ -504,10 +337,10 @@ class RoundSolver:
         device time first (`by_work` order), to the group with the least time per rank that has
         memory for them, a sample adding its marginal time at `degree` ranks. Returns (members,
         owners, group count) as for `_evaluated`."""
-        wide = self._mins[by_work] > degree
+        wide = self.min_degrees[by_work] > degree
         own = np.sort(by_work[wide]).tolist()
         rest = by_work[~wide].tolist()
-        free = self.num_ranks - int(self._mins[own].sum())
+        free = self.num_ranks - int(self.min_degrees[own].sum())
         if free < 0 or (rest and free == 0):
             return None
         count = min(max(1, free // degree), len(rest)) if rest else 0
@@ -520,7 +353,7 @@ class RoundSolver:
         for k, i in enumerate(own):
             rooms[k] -= self.lengths[i]
             loads[k] = self.facts.device_ms[i] / widths[k]
-        weights = self._marginal_ms(degree)
+        weights = self.marginal_ms(degree)
         chosen = least_loaded_assignment(rest, weights, self.lengths, rooms, [degree / w for w in widths], loads)
         if chosen is None:
             return None

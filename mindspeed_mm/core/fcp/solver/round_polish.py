@@ -1,0 +1,86 @@
+"""Polish of one round of a large batch: small changes between its slowest group and fast ones.
+
+The round's groups keep their optimal degrees; one step takes the change that shortens the round
+most -- a short sample of the slowest group moves to one of the fastest groups, or swaps with one of
+their short samples (a fine step when the groups are already well balanced) -- and stops when none
+does. All candidate changes of a step are timed in one cost-model query, from the groups' workloads
+adjusted by the samples that leave and join.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.solver.degree_dp import realise
+from mindspeed_mm.core.fcp.solver.round_layout import GroupChoice, RoundChoice, RoundSolver, RoundStart
+
+# A change must shorten the round by more than this fraction to count as an improvement.
+_IMPROVEMENT_RTOL = 1e-9
+
+
+def polish_round(solver: RoundSolver, start: RoundStart, moves: int) -> RoundChoice:
+    """The start with its optimal degrees, improved by at most `moves` changes (`_best_change`,
+    candidates bounded by the solver's `max_targets` and `max_movers`)."""
+    grouping = start.grouping()
+    spare = solver.num_ranks - int(start.min_degrees.sum())
+    extra = realise(start.times, spare, start.makespan)
+    rows = np.arange(len(grouping))
+    members = [list(g) for g in grouping]
+    degrees = (start.min_degrees + extra).tolist()
+    times = start.times[rows, extra].tolist()
+    algos = start.algos[rows, extra].tolist()
+    for _ in range(moves):
+        change = _best_change(solver, members, degrees, times)
+        if change is None:
+            break
+        slow, target, out_of_slow, out_of_target, slow_time, target_time, slow_algo, target_algo = change
+        members[slow].remove(out_of_slow)
+        members[target].append(out_of_slow)
+        if out_of_target >= 0:
+            members[target].remove(out_of_target)
+            members[slow].append(out_of_target)
+        times[slow], times[target] = slow_time, target_time
+        algos[slow], algos[target] = slow_algo, target_algo
+    names = solver.timer.cost.algos
+    chosen = [GroupChoice(tuple(sorted(m)), d, names[a], t) for m, d, a, t in zip(members, degrees, algos, times)]
+    return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), max(times))
+
+
+def _best_change(
+    solver: RoundSolver, members: list[list[int]], degrees: list[int], times: list[float]
+) -> tuple[int, int, int, int, float, float, int, int] | None:
+    """The change that shortens the round most, degrees kept: one sample (among the `max_movers`
+    shortest) of the slowest group moves to one of the `max_targets` fastest groups, or swaps with one
+    of that group's `max_movers` shortest samples. Returns (slowest group, target group, sample out of
+    the slowest, sample out of the target (-1: none), their new times and algos); None when no change
+    shortens the round."""
+    limits = solver.limits
+    order = sorted(range(len(times)), key=lambda k: (-times[k], k))
+    slow = order[0]
+    targets = order[:0:-1][: limits.max_targets]
+    if len(members[slow]) < 2 or not targets:
+        return None
+
+    def shortest(k: int) -> list[int]:
+        return sorted(members[k], key=lambda i: (solver.lengths[i], i))[: limits.max_movers]
+
+    # Changes (target, sample out of the slowest, sample out of the target or -1 for a plain move).
+    changes = [(t, i, j) for t in targets for i in shortest(slow) for j in [-1, *shortest(t)]]
+    picked = [slow, *targets]
+    position = {k: p for p, k in enumerate(picked)}
+    # Rows 2c and 2c + 1: the slowest group and the target after change c.
+    rows = np.array([position[k] for t, _, _ in changes for k in (slow, t)], dtype=np.int64)
+    out_in = np.array([(i, j, j, i) for _, i, j in changes], dtype=np.int64).reshape(-1, 2)
+    workloads = solver.facts.workloads.exchanged([members[k] for k in picked], rows, out_in[:, 0], out_in[:, 1])
+    firsts = [degrees[k] for t, _, _ in changes for k in (slow, t)]
+    new, new_algos = solver.timer.evaluate(workloads, firsts, solver.top_degree, 1)
+    new = new[:, 0].reshape(-1, 2)
+    new_algos = new_algos[:, 0].reshape(-1, 2)
+    # The slowest of the other groups bounds the round whatever the change.
+    rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
+    values = np.maximum(new.max(axis=1), [rest[t] for t, _, _ in changes])
+    best = int(np.argmin(values))
+    if not values[best] < times[slow] * (1 - _IMPROVEMENT_RTOL):
+        return None
+    target, i, j = changes[best]
+    return (slow, target, i, j, float(new[best, 0]), float(new[best, 1]), int(new_algos[best, 0]),
+            int(new_algos[best, 1]))
