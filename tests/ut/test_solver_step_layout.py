@@ -1,0 +1,125 @@
+"""Whole-step layouts of large batches (joint starts, step estimates) and the round polish."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
+from mindspeed_mm.core.fcp.solver import planner
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
+from mindspeed_mm.core.fcp.solver.round_polish import polish_round
+from mindspeed_mm.core.fcp.solver.rounds import min_rounds
+from mindspeed_mm.core.fcp.solver.step_layout import _deal, joint_starts, step_estimates
+from solver_fakes import FakeCostModel, FakeTable
+
+A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
+FAKE = FakeCostModel(FakeTable(capacity_tokens=16384, ranks_per_node=8))
+SIZES = (1, 2, 4, 8, 16)
+
+
+def _solver(cost, lengths, patches, num_ranks):
+    mins = np.maximum(1, -(-np.asarray(lengths) // cost.capacity_tokens))
+    workloads = SampleWorkloads(cost, lengths, patches)
+    timer = GroupTimer(cost, num_ranks)
+    facts = planner._sample_facts(lengths, workloads, mins, timer, cost.capacity_tokens, num_ranks)
+    limits = replace(planner._LEAN, uniform_degrees=SIZES)
+    return RoundSolver(facts, timer, cost.capacity_tokens, num_ranks, limits)
+
+
+def _batch(dataset, n, seed):
+    batch = generate_samples(dataset, n, seed=seed)
+    return batch.lengths.tolist(), batch.vision_patches.tolist()
+
+
+@pytest.mark.parametrize("dataset, rounds, degree", [("openvid", 2, 2), ("internvid", 2, 8), ("internvid", 3, 2)])
+def test_joint_starts_cover_every_sample_once_and_fit(dataset, rounds, degree):
+    lengths, patches = _batch(dataset, 400, seed=3)
+    solver = _solver(A3_8B, lengths, patches, 64)
+    starts = joint_starts(solver, rounds, degree)
+    assert starts is not None and len(starts) == rounds
+    seen = np.concatenate([s.members for s in starts])
+    assert sorted(seen.tolist()) == list(range(len(lengths)))
+    capacity = A3_8B.capacity_tokens
+    for start in starts:
+        groups = start.grouping()
+        tokens = np.array([sum(lengths[i] for i in g) for g in groups])
+        np.testing.assert_array_equal(start.min_degrees, np.maximum(1, -(-tokens // capacity)))
+        assert start.min_degrees.sum() <= 64
+        # A sample that needs more than `degree` ranks never shares its group with another such sample.
+        wide = [sum(1 for i in g if solver.min_degrees[i] > degree) for g in groups]
+        assert max(wide) <= 1
+        # The optimal makespan of the start is attained by the cost model's times of its groups.
+        times = [min(float(A3_8B.best_time_ms(A3_8B.workload([lengths[i] for i in g], [patches[i] for i in g]),
+                                              np.array([int(start.min_degrees[k]) + s]))[0][0])
+                     for s in range(start.times.shape[1])) for k, g in enumerate(groups)]
+        assert max(times) <= start.makespan * (1 + 1e-9)
+
+
+def test_slowest_groups_are_dealt_to_the_first_rounds():
+    load = np.array([1.0, 9.0, 5.0, 7.0, 3.0, 0.0])
+    filled = np.array([True, True, True, True, True, False])
+    # Three rounds of 4 ranks, groups of 2 ranks: the two slowest (1, 3) share round 0, the next two
+    # round 1; the empty group gets no round.
+    np.testing.assert_array_equal(_deal(load, [2] * 6, filled, 3, 4), [2, 0, 1, 0, 1, -1])
+    # A group wider than what is left in every round.
+    assert _deal(np.array([1.0, 2.0]), [3, 3], np.array([True, True]), 1, 4) is None
+
+
+def test_step_estimates_by_hand_and_for_samples_that_need_more_ranks():
+    # 64 equal short samples on 16 ranks: no sample is long, so the estimate is rounds x (F + W / groups).
+    lengths = [2000] * 64
+    solver = _solver(A3_8B, lengths, None, 16)
+    twin = solver.memory_free_timer().cost
+    degrees = np.array([1, 2, 4])
+    whole = twin.best_time_ms(twin.workload(lengths), degrees)[0]
+    empty = twin.best_time_ms(twin.workload([]), degrees)[0]
+    for rounds in (1, 2):
+        expected = [rounds * (empty[k] + (whole[k] - empty[k]) / (rounds * 16 / d)) for k, d in enumerate(degrees)]
+        np.testing.assert_allclose(step_estimates(solver, rounds, [1, 2, 4]), expected, rtol=1e-12)
+    # Four samples that each need 3 ranks cannot share 4 ranks in one round: inf; in two rounds they fit.
+    capacity = A3_8B.capacity_tokens
+    solver = _solver(A3_8B, [3 * capacity - 5] * 4 + [100] * 8, None, 8)
+    assert step_estimates(solver, 1, [1, 2]) == [float("inf")] * 2
+    assert all(np.isfinite(step_estimates(solver, 2, [1, 2])))
+
+
+@pytest.mark.parametrize("cost", [A3_8B, FAKE], ids=["a3-8b", "fake"])
+def test_polish_keeps_degrees_and_samples_and_never_slows_a_round(cost):
+    lengths, patches = _batch("openvid", 300, seed=5)
+    patches = patches if cost is A3_8B else None
+    solver = _solver(cost, lengths, patches, 32)
+    changed = 0
+    rounds = min_rounds(lengths, 32, cost.capacity_tokens) + 1
+    for start in joint_starts(solver, rounds, 2):
+        before = polish_round(solver, start, 0)
+        after = polish_round(solver, start, 3)
+        assert after.makespan <= before.makespan
+        changed += after.makespan < before.makespan
+        assert sorted(g.degree for g in after.groups) == sorted(g.degree for g in before.groups)
+        assert sum(g.degree for g in after.groups) == 32
+        assert sorted(i for g in after.groups for i in g.samples) == sorted(start.members.tolist())
+        for group in after.groups:
+            work = cost.workload([lengths[i] for i in group.samples],
+                                 None if patches is None else [patches[i] for i in group.samples])
+            assert float(cost.group_time_ms(work, group.degree, group.algo)) == pytest.approx(group.predicted_ms,
+                                                                                             rel=1e-9)
+        assert after.makespan == max(g.predicted_ms for g in after.groups)
+    assert changed   # the polish found something to do on this batch
+
+
+def test_exchanged_workloads_equal_rebuilt_ones():
+    lengths, patches = _batch("internvid", 40, seed=1)
+    columns = SampleWorkloads(A3_8B, lengths, patches)
+    assert columns.columns is not None
+    generic = SampleWorkloads(FAKE, lengths, None)
+    groups = [[0, 1, 2, 3], [4, 5, 6], [7, 8]]
+    rows = np.array([0, 1, 2, 0, 1])
+    minus = np.array([2, -1, 8, -1, 5])
+    plus = np.array([7, 9, -1, -1, 3])
+    rebuilt = [[i for i in groups[r] if i != m] + ([p] if p >= 0 else []) for r, m, p in zip(rows, minus, plus)]
+    got = columns.exchanged(groups, rows, minus, plus)
+    want, _ = columns.groups(rebuilt)
+    np.testing.assert_array_equal(got.values, want.values)
+    assert generic.exchanged(groups, rows, minus, plus) == generic.groups(rebuilt)[0]
