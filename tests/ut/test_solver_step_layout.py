@@ -63,8 +63,9 @@ def test_slowest_groups_are_dealt_to_the_first_rounds():
     # Three rounds of 4 ranks, groups of 2 ranks: the two slowest (1, 3) share round 0, the next two
     # round 1; the empty group gets no round.
     np.testing.assert_array_equal(_deal(load, [2] * 6, filled, 3, 4), [2, 0, 1, 0, 1, -1])
-    # A group wider than what is left in every round.
-    assert _deal(np.array([1.0, 2.0]), [3, 3], np.array([True, True]), 1, 4) is None
+    # A group wider than what is left in every round goes where most ranks are left.
+    np.testing.assert_array_equal(_deal(np.array([1.0, 2.0, 3.0]), [3, 3, 3], np.ones(3, dtype=bool), 2, 4),
+                                  [0, 1, 0])
 
 
 def test_step_estimates_by_hand_and_for_samples_that_need_more_ranks():

@@ -162,8 +162,8 @@ def _lean_rounds(
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
     rounds (else the LPT spread with one uniform start per round). Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
-    estimate, promises better (or memory was tight with one round less). Local search on the winner
-    only, when it is far from the bound."""
+    estimate, promises better (or memory was tight with one round less). Each round of the winner is
+    then polished (`polish_round`), unless the plan is already within `_GOOD_ENOUGH` of the bound."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
@@ -174,7 +174,7 @@ def _lean_rounds(
     calibration = 1.0
     count = tried[0]
     while count <= limit and (count <= tried[-1] or best is None):
-        sizes = usable if best is None else [best_size]
+        sizes = [best_size] if best_size else usable
         estimates = step_estimates(solver, count, sizes)
         # The memory-free estimates miss what one more round gains when memory is tight.
         tight = sum(lengths) > _TIGHT_MEMORY * (count - 1) * n_ranks * capacity

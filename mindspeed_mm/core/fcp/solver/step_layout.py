@@ -1,13 +1,15 @@
 """Whole-step start layouts for large batches: every round at once, for one group size.
 
-For group size g the batch is spread over rounds x (N // g) groups of g ranks in one
-least-loaded pass (a sample that needs more ranks gets a group of its own minimum degree); the
-groups are then ranked by time and dealt to the rounds in that order, so that the slowest groups
-share a round -- the step takes the sum of the round makespans, and a round whose slowest group is
-set by an unsplittable long sample is best filled with the other slow groups. Each round then gets
-its optimal degrees (`RoundSolver.evaluated`).
+For group size g, a sample that needs more ranks (memory) or that alone would outlast a balanced
+round gets a group of its own, about wide enough to end with the others (`own_groups`); the ranks
+the rounds have beside those form groups of g ranks. The other samples are spread over all those
+groups in one least-loaded pass. The groups are then ranked by time and dealt to the rounds in that
+order, so that the slowest groups share a round: the step takes the sum of the round makespans,
+and a round whose slowest group is set by an unsplittable long sample is best filled with the other
+slow groups. Each round then gets its optimal degrees (`RoundSolver.evaluated`).
 
-A cheap estimate of every size's step time orders the sizes to try and skips those that cannot win.
+A cheap estimate of every size's step time (`step_estimates`) orders the sizes to try and skips
+those that cannot win.
 """
 from __future__ import annotations
 
@@ -20,65 +22,95 @@ from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver, RoundStart
 
 
 def step_estimates(solver: RoundSolver, rounds: int, degrees: Sequence[int]) -> list[float]:
-    """Per group size g: the step time if the work of the samples that fit g ranks were split
-    evenly over the groups of g ranks that `rounds` rounds leave beside the samples that need more
-    (each on its minimum degree), rounds x (F + (T(those samples, g) - F) / groups), F the time of an
-    empty group (memory ignored otherwise), with no round faster than the slowest sample it holds
-    alone (`_slowest_alone`). A start of size g rarely beats it (inf: no room for the groups)."""
+    """Per group size g: with own groups (`own_groups`) sized against the round makespan of the whole
+    batch split evenly (`_balanced`), the step time if the samples without a group of their own
+    were split evenly over the groups of g ranks the rounds have beside those (`_balanced`) and no
+    round ran faster than the slowest own group dealt to it (own groups dealt slowest first to the
+    first round with ranks left). A start of size g rarely beats it, so it orders the sizes to try and
+    skips those that cannot win (inf: no room for the groups)."""
+    first = _balanced(solver, rounds, degrees, [np.zeros(len(solver.lengths), dtype=bool)] * len(degrees))
+    own = [own_groups(solver, d, balanced, rounds) for d, balanced in zip(degrees, first)]
+    second = _balanced(solver, rounds, degrees, [mask for mask, _ in own], [widths for _, widths in own])
+    out = []
+    for d, balanced, (mask, widths) in zip(degrees, second, own):
+        if not np.isfinite(balanced):
+            out.append(float("inf"))
+            continue
+        alone = solver.device_ms[mask] / widths
+        slowest = [0.0] * rounds
+        room = [solver.num_ranks] * rounds
+        for k in np.lexsort((np.arange(alone.size), -alone)).tolist():
+            r = next((r for r in range(rounds) if room[r] >= widths[k]), -1)
+            if r < 0:
+                slowest = [float("inf")] * rounds
+                break
+            room[r] -= int(widths[k])
+            slowest[r] = max(slowest[r], float(alone[k]))
+        out.append(sum(max(balanced, t) for t in slowest))
+    return out
+
+
+def own_groups(solver: RoundSolver, degree: int, balanced: float, rounds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of the samples that get a group of their own for group size `degree`, the ranks of those
+    groups): the samples that need more than `degree` ranks (memory) or whose device time over
+    `degree` ranks exceeds `balanced`, on max(minimum degree, device time / balanced) ranks (capped at
+    the top degree). When those groups would leave the other samples less than the ranks their memory
+    needs (at least one group of `degree`), they shrink towards their minimum degrees."""
     mins = solver.min_degrees
-    # Group k < len(degrees): the samples that fit degrees[k] ranks; the last group: empty.
-    fits = mins[None, :] <= np.asarray(degrees)[:, None]
-    rows, members = np.nonzero(fits)
+    need = mins if not np.isfinite(balanced) else np.maximum(
+        mins, np.ceil(solver.device_ms / balanced).astype(np.int64))
+    mask = need > degree
+    widths = np.minimum(need[mask], solver.top_degree)
+    rest_tokens = int(np.asarray(solver.lengths)[~mask].sum()) if (~mask).any() else 0
+    rest_ranks = max(degree, -(-rest_tokens // solver.capacity_tokens)) if rest_tokens else 0
+    budget = rounds * solver.num_ranks - rest_ranks
+    if widths.sum() > budget:
+        floor = mins[mask]
+        spare = max(0, budget - int(floor.sum()))
+        extra = widths - floor
+        widths = floor + (extra * spare // max(1, int(extra.sum())))
+    return mask, widths
+
+
+def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: list[np.ndarray],
+              apart_ranks: list[np.ndarray] | None = None) -> list[float]:
+    """Per group size g = degrees[k]: a round's makespan if the work of the samples not in apart[k]
+    were split evenly over the groups of g ranks that `rounds` rounds leave beside those samples
+    (apart_ranks[k] ranks each, default their minimum degree): F + (T(the rest, g) - F) / groups, F
+    the time of an empty group (memory ignored); inf when no group of g ranks is left."""
+    # Group k < len(degrees): the samples outside apart[k]; the last group: empty.
+    rows, members = np.nonzero(~np.stack(apart))
     workloads, _ = solver.facts.workloads.assigned(members, rows, len(degrees) + 1)
     top = max(degrees)
     times, _ = solver.memory_free_timer().evaluate(workloads, [1] * (len(degrees) + 1), top, top)
     empty = times[-1]
     out = []
     for k, d in enumerate(degrees):
-        groups = (rounds * solver.num_ranks - int(mins[~fits[k]].sum())) / d
-        if groups < 1:
-            out.append(float("inf"))
-            continue
-        work = times[k, d - 1] - empty[d - 1] if fits[k].any() else 0.0
-        # A round's makespan with its share of the work over its groups of d ranks.
-        balanced = float(empty[d - 1] + work / groups)
-        out.append(sum(max(balanced, slowest) for slowest in _slowest_alone(solver, d, rounds, balanced)))
+        taken = solver.min_degrees[apart[k]] if apart_ranks is None else apart_ranks[k]
+        groups = (rounds * solver.num_ranks - int(taken.sum())) / d
+        work = times[k, d - 1] - empty[d - 1] if not apart[k].all() else 0.0
+        out.append(float(empty[d - 1] + work / groups) if groups >= 1 else float("inf"))
     return out
 
 
-def _slowest_alone(solver: RoundSolver, degree: int, rounds: int, balanced: float) -> list[float]:
-    """Per round: the slowest sample it holds alone, among the samples that need more than `degree`
-    ranks (on their minimum degree) or alone take longer than `balanced` (on `degree` ranks: device
-    time / ranks), dealt slowest first to the first round with ranks left (0 where a round gets none;
-    inf everywhere when they do not fit)."""
-    ranks = np.maximum(solver.min_degrees, degree)
-    alone = solver.device_ms / ranks
-    heavy = np.flatnonzero((solver.min_degrees > degree) | (alone > balanced))
-    slowest = [0.0] * rounds
-    room = [solver.num_ranks] * rounds
-    for i in heavy[np.lexsort((heavy, -alone[heavy]))].tolist():
-        width = int(ranks[i])
-        r = next((r for r in range(rounds) if room[r] >= width), -1)
-        if r < 0:
-            return [float("inf")] * rounds
-        room[r] -= width
-        slowest[r] = max(slowest[r], float(alone[i]))
-    return slowest
-
-
 def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundStart] | None:
-    """The start of every round for group size `degree` (see the module docstring). The samples that
-    fit go most device time first, each to the group with the least time that has memory for it, a
-    sample adding its marginal time at `degree` ranks (scaled by degree / ranks in the wider groups
-    of the samples that need more). None when memory or the ranks do not allow it, or a round would
-    get no sample."""
+    """The start of every round for group size `degree` (see the module docstring). The samples
+    without a group of their own (`own_groups`) go most device time first, each to the group with the
+    least time that has memory for it, a sample adding its marginal time at `degree` ranks (scaled by
+    degree / ranks in the own groups). None when memory or the ranks do not allow it, or a round
+    would get no sample."""
     capacity = solver.capacity_tokens
     lengths = solver.lengths
     by_work = solver.by_work(range(len(lengths)))
-    wide = solver.min_degrees[by_work] > degree
+    balanced = _balanced(solver, rounds, [degree], [np.zeros(len(lengths), dtype=bool)])[0]
+    mask, own_ranks = own_groups(solver, degree, balanced, rounds)
+    wide = mask[by_work]
     own = by_work[wide]
     rest = by_work[~wide].tolist()
-    widths = solver.min_degrees[own].tolist()
+    # own_groups lists the ranks in sample order; here the samples go in `by_work` order.
+    ranks_of = np.zeros(len(lengths), dtype=np.int64)
+    ranks_of[mask] = own_ranks
+    widths = ranks_of[own].tolist()
     uniform = (rounds * solver.num_ranks - sum(widths)) // degree
     if uniform < 0 or (rest and uniform == 0):
         return None
@@ -96,10 +128,7 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     load = np.asarray(loads)
     if rest:
         load += np.bincount(slot_of[len(own):], weights=np.asarray(weights)[rest], minlength=slots) * np.asarray(scales)
-    round_of_slot = _deal(load, widths, np.bincount(slot_of, minlength=slots) > 0, rounds, solver.num_ranks)
-    if round_of_slot is None:
-        return None
-    round_of = round_of_slot[slot_of]
+    round_of = _deal(load, widths, np.bincount(slot_of, minlength=slots) > 0, rounds, solver.num_ranks)[slot_of]
     starts = []
     for r in range(rounds):
         here = round_of == r
@@ -113,9 +142,10 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     return starts
 
 
-def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, num_ranks: int) -> np.ndarray | None:
+def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, num_ranks: int) -> np.ndarray:
     """Round of every filled group: slowest first (ties: lowest index), each to the first round with
-    ranks left for it; None when one fits nowhere."""
+    ranks left for its nominal width, else to the round with the most ranks left (the groups' real
+    minimum degrees, checked when the round is evaluated, are often below their nominal widths)."""
     round_of = np.full(load.size, -1, dtype=np.int64)
     room = [num_ranks] * rounds
     for slot in np.lexsort((np.arange(load.size), -load)).tolist():
@@ -123,7 +153,7 @@ def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, 
             continue
         r = next((r for r in range(rounds) if room[r] >= widths[slot]), -1)
         if r < 0:
-            return None
+            r = max(range(rounds), key=lambda r: (room[r], -r))
         round_of[slot] = r
         room[r] -= widths[slot]
     return round_of
