@@ -115,8 +115,10 @@ class GroupTimer:
         if width is None:
             width = max(1, top - int(firsts_arr.min()) + 1)
         degrees = firsts_arr[:, None] + np.arange(width, dtype=np.int64)[None, :]
-        beyond = degrees > top
-        degrees = np.minimum(degrees, max(top, 1))
+        clipped = firsts_arr.size > 0 and int(firsts_arr.max()) + width - 1 > top
+        beyond = degrees > top if clipped else np.zeros(degrees.shape, dtype=bool)
+        if clipped:
+            degrees = np.minimum(degrees, max(top, 1))
         table = getattr(self.cost, "best_time_table", None)
         if table is not None:
             times, algos = table(workloads if isinstance(workloads, WorkloadColumns) else list(workloads), degrees)
@@ -133,7 +135,8 @@ class GroupTimer:
                     times[k, :count] = row_times
                     algos[k, :count] = row_algos
                     self.cost_calls += 1
-        times[beyond] = np.inf
+        if clipped:
+            times[beyond] = np.inf
         return times, algos
 
     def prepare(self, requests: Sequence[tuple[Any, int, int]]) -> None:

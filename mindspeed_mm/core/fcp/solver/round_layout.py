@@ -157,6 +157,7 @@ class RoundSolver:
         self.min_degrees = np.asarray(facts.min_degrees, dtype=np.int64)
         self.device_ms = np.asarray(facts.device_ms, dtype=np.float64)
         self._marginal: dict[int, list[float]] = {}
+        self._whole: tuple[np.ndarray, np.ndarray] | None = None
 
     def best_ms(self, i: int) -> float:
         """Shortest time of sample i alone over every degree it may get."""
@@ -195,6 +196,15 @@ class RoundSolver:
         if self._twin is None:
             self._twin = GroupTimer(unlimited_memory_twin(self.timer.cost), self.top_degree)
         return self._twin
+
+    def whole_batch_ms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(T(whole batch, d), T(empty batch, d)) for d = 1 .. top degree, memory ignored (memoised)."""
+        if self._whole is None:
+            members = np.arange(len(self.lengths), dtype=np.int64)
+            workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
+            times, _ = self.memory_free_timer().evaluate(workloads, [1, 1], self.top_degree, self.top_degree)
+            self._whole = (times[0], times[1])
+        return self._whole
 
     def marginal_ms(self, degree: int) -> list[float]:
         """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory

@@ -28,7 +28,7 @@ def step_estimates(solver: RoundSolver, rounds: int, degrees: Sequence[int]) -> 
     round ran faster than the slowest own group dealt to it (own groups dealt slowest first to the
     first round with ranks left). A start of size g rarely beats it, so it orders the sizes to try and
     skips those that cannot win (inf: no room for the groups)."""
-    first = _balanced(solver, rounds, degrees, [np.zeros(len(solver.lengths), dtype=bool)] * len(degrees))
+    first = _balanced(solver, rounds, degrees)
     own = [own_groups(solver, d, balanced, rounds) for d, balanced in zip(degrees, first)]
     second = _balanced(solver, rounds, degrees, [mask for mask, _ in own], [widths for _, widths in own])
     out = []
@@ -72,12 +72,17 @@ def own_groups(solver: RoundSolver, degree: int, balanced: float, rounds: int) -
     return mask, widths
 
 
-def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: list[np.ndarray],
+def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: list[np.ndarray] | None = None,
               apart_ranks: list[np.ndarray] | None = None) -> list[float]:
     """Per group size g = degrees[k]: a round's makespan if the work of the samples not in apart[k]
-    were split evenly over the groups of g ranks that `rounds` rounds leave beside those samples
-    (apart_ranks[k] ranks each, default their minimum degree): F + (T(the rest, g) - F) / groups, F
-    the time of an empty group (memory ignored); inf when no group of g ranks is left."""
+    (default: none apart) were split evenly over the groups of g ranks that `rounds` rounds leave
+    beside those samples (apart_ranks[k] ranks each, default their minimum degree): F + (T(the rest,
+    g) - F) / groups, F the time of an empty group (memory ignored); inf when no group of g ranks is
+    left."""
+    if apart is None:
+        whole, empty = solver.whole_batch_ms()
+        return [float(empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (rounds * solver.num_ranks / d))
+                if rounds * solver.num_ranks >= d else float("inf") for d in degrees]
     # Group k < len(degrees): the samples outside apart[k]; the last group: empty.
     rows, members = np.nonzero(~np.stack(apart))
     workloads, _ = solver.facts.workloads.assigned(members, rows, len(degrees) + 1)
@@ -102,7 +107,7 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     capacity = solver.capacity_tokens
     lengths = solver.lengths
     by_work = solver.by_work(range(len(lengths)))
-    balanced = _balanced(solver, rounds, [degree], [np.zeros(len(lengths), dtype=bool)])[0]
+    balanced = _balanced(solver, rounds, [degree])[0]
     mask, own_ranks = own_groups(solver, degree, balanced, rounds)
     wide = mask[by_work]
     own = by_work[wide]
