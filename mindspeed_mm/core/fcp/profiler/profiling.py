@@ -102,10 +102,12 @@ def _profile_rank(rank: int, world_size: int, config: ProfileConfig, plan: Valid
         measurements = measurements + profiler.sweep(config.repeats, on_step)
         if runner is not None and plan is not None:
             runner.run(passes[sweep], on_pass=lambda: on_step("validation pass"))
-    memory = profiler.facts()
+    if runner is not None:
+        profiler.phase_seconds["validation"] = runner.seconds
+    facts = profiler.facts()
     on_step("memory")
     bar.close()
-    return measurements, memory, None if runner is None else runner.times
+    return measurements, facts, None if runner is None else runner.times
 
 
 def profile_device(config: ProfileConfig, *, validation: ValidationPlan | None = None,
@@ -132,7 +134,8 @@ def profile_device(config: ProfileConfig, *, validation: ValidationPlan | None =
     report, times = None, None
     if validation is not None:
         times = tuple(t for _, _, t in per_rank if t is not None)
-        report = build_report(CostModel(table), validation.rounds, times, validation.settings, seconds, load_before)
+        spent = per_rank[0][1].phase_seconds.get("validation", 0.0)
+        report = build_report(CostModel(table), validation.rounds, times, validation.settings, spent, load_before)
     return ProfileResult(table, report, tuple(m for m, _, _ in per_rank), times)
 
 

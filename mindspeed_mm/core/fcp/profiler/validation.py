@@ -102,7 +102,7 @@ class ValidationReport:
     passes: int
     """Timed passes per round."""
     seconds: float
-    """Wall time of the run."""
+    """Elapsed time of the validation passes (warm-up included)."""
     load_before: tuple[float, float, float] | None
     """Host load averages when the run started."""
     load_after: tuple[float, float, float] | None
@@ -239,6 +239,8 @@ class ValidationRunner:
             self.work.append((inputs, fcp_core(cu_seqlens_of(group.lengths), process_group, group.algo, causal)))
         self.times: list[list[float]] = [[] for _ in rounds]
         """Per round, this rank's time of every timed pass (ms per run)."""
+        self.seconds = 0.0
+        """Elapsed time spent in warm-up and timed passes."""
 
     def warm_up(self, passes: int, window_ms: float) -> None:
         """Untimed passes; then size every round's runs so that each group stays busy about `window_ms` (elapsed).
@@ -247,6 +249,7 @@ class ValidationRunner:
         work: a group that finished early would leave its cores to the others and speed them up.
         A group's run count comes from its slowest rank's warm-up time (all ranks agree on it).
         """
+        begun = time.perf_counter()
         last = [0.0] * len(self.work)
         for _ in range(passes):
             for slot, (inputs, core) in enumerate(self.work):
@@ -259,9 +262,11 @@ class ValidationRunner:
         per_rank = torch.stack(gathered)
         self.runs = [max(1, math.ceil(window_ms / float(per_rank[list(ranks), slot].max())))
                      for slot, ranks in enumerate(self.group_ranks)]
+        self.seconds += time.perf_counter() - begun
 
     def run(self, passes: int, *, on_pass: Callable[[], None] | None = None) -> None:
         """`passes` timed passes over all rounds (after `warm_up`)."""
+        begun = time.perf_counter()
         for _ in range(passes):
             for slot, (inputs, core) in enumerate(self.work):
                 dist.barrier()
@@ -272,6 +277,7 @@ class ValidationRunner:
                 self.times[slot].append((self.now() - started) * 1e3 / self.runs[slot])
             if on_pass is not None:
                 on_pass()
+        self.seconds += time.perf_counter() - begun
 
     def _run_once(self, inputs: ShardInputs, core: AttentionCore) -> None:
         self.model(inputs, core).backward()
