@@ -221,8 +221,8 @@ class RoundSolver:
             self._marginal[degree] = found
         return found
 
-    def finish(self, start: RoundStart, improve: bool = True) -> RoundChoice:
-        """The start (improved by the local search unless `improve` is False) with its degrees and algos."""
+    def finish(self, start: RoundStart) -> RoundChoice:
+        """The start improved by the local search, with its degrees and algos."""
         groups = []
         for k, samples in enumerate(start.grouping()):
             group = self._known.get(samples)
@@ -230,10 +230,9 @@ class RoundSolver:
                 group = _Group(samples, int(start.min_degrees[k]), start.times[k], start.algos[k])
                 self._known[samples] = group
             groups.append(group)
-        if improve:
-            improved = self._improve(groups, start.makespan, start.window)
-            if improved is not groups:
-                return self._realise(improved, start.window)
+        improved = self._improve(groups, start.makespan, start.window)
+        if improved is not groups:
+            return self._realise(improved, start.window)
         spare = self.num_ranks - int(start.min_degrees.sum())
         return self._chosen(groups, start.times, realise(start.times, spare, start.makespan))
 
