@@ -4,9 +4,9 @@ Each run profiles the device and, between its sweeps, runs the validation rounds
 Ulysses groups of degrees 1..4 on mixed packed batches, every rank busy, as in a training round.
 It prints the per-case table (predicted vs measured, error, spread) and the mean absolute
 percentage error, and writes the table, the report and the raw samples of every run to
---output-dir. It takes more samples than `fcp profile`'s defaults, because on a shared host the
-noise of both sides, not the model, sets the floor of the error; several runs show how much the
-host's load moves the result.
+--output-dir. It takes more samples than a plain `fcp profile` and runs the validation passes
+between 8 sweeps, because on a shared host the noise and drift of both sides, not the model, set
+the floor of the error; several runs show how much the host's load moves the result.
 
     python benchmarks/cost_model_validation.py --output-dir out/validation [--runs 2] [--nice -10]
 """
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="independent profile + validation runs (default 1)")
     parser.add_argument("--world-size", type=int, default=4, help="processes (default 4)")
     parser.add_argument("--passes", type=int, default=24, help="validation passes per run (default 24)")
-    parser.add_argument("--sweeps", type=int, default=4, help="profile sweeps (default 4)")
-    parser.add_argument("--repeats", type=int, default=4, help="samples per measurement and sweep (default 4)")
+    parser.add_argument("--sweeps", type=int, default=8, help="profile sweeps (default 8)")
+    parser.add_argument("--repeats", type=int, default=2, help="samples per measurement and sweep (default 2)")
     parser.add_argument("--clock", default="auto", choices=("auto", "wall", "cpu"), help="see `fcp profile --help`")
     parser.add_argument("--nice", type=int, help="scheduling priority of the measuring processes")
     args = parser.parse_args(argv)

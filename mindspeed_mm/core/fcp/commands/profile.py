@@ -30,6 +30,12 @@ from mindspeed_mm.core.fcp.profiler.validation import (
 )
 
 
+_PROFILE_ONLY = (3, 3)
+"""(sweeps, repeats) of a plain profile."""
+_VALIDATING = (8, 2)
+"""(sweeps, repeats) when validation passes run between the sweeps."""
+
+
 def size_list(text: str) -> tuple[int, ...]:
     """argparse type: comma-separated positive integers, e.g. `16,32,64`."""
     try:
@@ -69,8 +75,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help=f"batch sizes of the linear measurements (default {_csv(DEFAULT_LINEAR_TOKENS)})")
     parser.add_argument("--message-bytes", type=size_list, default=DEFAULT_MESSAGE_BYTES, metavar="B,B,...",
                         help=f"message sizes of the communication grids (default {_csv(DEFAULT_MESSAGE_BYTES)})")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="samples per measurement and sweep")
-    parser.add_argument("--sweeps", type=positive_int, default=3, help="passes over all measurements (default 3)")
+    parser.add_argument("--repeats", type=positive_int,
+                        help=f"samples per measurement and sweep (default {_PROFILE_ONLY[1]}, {_VALIDATING[1]} with "
+                        "--validate)")
+    parser.add_argument("--sweeps", type=positive_int,
+                        help=f"passes over all measurements (default {_PROFILE_ONLY[0]}, {_VALIDATING[0]} with "
+                        "--validate: validation passes run between sweeps, so finer sweeps follow the host's load "
+                        "more closely)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs before each measurement (default 1)")
     parser.add_argument("--statistic", default="median", choices=STATISTICS, help="summary of repeats")
     parser.add_argument("--clock", default="auto", choices=("auto", *CLOCKS),
@@ -92,12 +103,14 @@ def _csv(values: tuple[int, ...]) -> str:
 
 
 def _config(args: argparse.Namespace) -> ProfileConfig:
+    sweeps, repeats = _VALIDATING if args.validate and args.check_table is None else _PROFILE_ONLY
     return ProfileConfig(
         model=model_shape(args.model), dtype=args.dtype, device=args.device,
         backend=args.backend or DEFAULT_BACKEND[args.device], world_size=args.world_size,
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,
         linear_tokens=args.linear_tokens, message_bytes=args.message_bytes, warmup=args.warmup,
-        repeats=args.repeats, sweeps=args.sweeps, statistic=args.statistic, clock=args.clock, nice=args.nice,
+        repeats=args.repeats or repeats, sweeps=args.sweeps or sweeps, statistic=args.statistic, clock=args.clock,
+        nice=args.nice,
     )
 
 
