@@ -158,6 +158,9 @@ class RoundSolver:
         self.device_ms = np.asarray(facts.device_ms, dtype=np.float64)
         self._marginal: dict[int, list[float]] = {}
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
+        ids = np.arange(len(facts.lengths), dtype=np.int64)
+        self.all_by_work = ids[np.lexsort((ids, -self.device_ms))]
+        """Every sample, most device time first (ties: lowest index)."""
 
     def best_ms(self, i: int) -> float:
         """Shortest time of sample i alone over every degree it may get."""

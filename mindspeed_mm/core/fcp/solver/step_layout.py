@@ -40,7 +40,7 @@ def step_estimates(solver: RoundSolver, rounds: int, degrees: Sequence[int]) -> 
         slowest = [0.0] * rounds
         room = [solver.num_ranks] * rounds
         for k in np.lexsort((np.arange(alone.size), -alone)).tolist():
-            r = next((r for r in range(rounds) if room[r] >= widths[k]), -1)
+            r = _first_with_room(room, int(widths[k]))
             if r < 0:
                 slowest = [float("inf")] * rounds
                 break
@@ -106,7 +106,7 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     would get no sample."""
     capacity = solver.capacity_tokens
     lengths = solver.lengths
-    by_work = solver.by_work(range(len(lengths)))
+    by_work = solver.all_by_work
     balanced = _balanced(solver, rounds, [degree])[0]
     mask, own_ranks = own_groups(solver, degree, balanced, rounds)
     wide = mask[by_work]
@@ -153,12 +153,19 @@ def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, 
     minimum degrees, checked when the round is evaluated, are often below their nominal widths)."""
     round_of = np.full(load.size, -1, dtype=np.int64)
     room = [num_ranks] * rounds
-    for slot in np.lexsort((np.arange(load.size), -load)).tolist():
-        if not filled[slot]:
-            continue
-        r = next((r for r in range(rounds) if room[r] >= widths[slot]), -1)
+    order = np.lexsort((np.arange(load.size), -load))
+    for slot in order[filled[order]].tolist():
+        r = _first_with_room(room, widths[slot])
         if r < 0:
             r = max(range(rounds), key=lambda r: (room[r], -r))
         round_of[slot] = r
         room[r] -= widths[slot]
     return round_of
+
+
+def _first_with_room(room: list[int], width: int) -> int:
+    """The first round with at least `width` ranks left, -1 if none."""
+    for r, left in enumerate(room):
+        if left >= width:
+            return r
+    return -1
