@@ -11,6 +11,8 @@ reference run (`fcp train --reference`) of the same model, data and seed:
   layout, sharding or normalisation error moves parameters by about lr per step, far above it;
 - every sample of every global batch trained exactly once (token counts from the runner's shards);
 - the FCP layouts include groups of a non-power-of-two degree;
+- every group's time is measured, and from the third step on the plans use the correction factors
+  learned from them (logged each step);
 - the log has Megatron's iteration and per-rank memory lines.
 """
 from __future__ import annotations
@@ -106,6 +108,25 @@ def test_fcp_layouts_vary_and_include_non_power_of_two_groups(runs: dict, name: 
     assert len({step["plan_digest"] for step in result["steps"]}) > 1
     for step in result["steps"]:
         assert all(sum(round_degrees) == result["world_size"] for round_degrees in step["round_degrees"])
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_measured_group_times_recalibrate_later_plans(runs: dict, name: str) -> None:
+    result, _, stdout = runs[name]
+    for index, step in enumerate(result["steps"]):
+        assert [len(times) for times in step["measured_group_ms"]] == [len(d) for d in step["round_degrees"]]
+        assert [len(times) for times in step["predicted_group_ms"]] == [len(d) for d in step["round_degrees"]]
+        assert all(t > 0 for times in step["measured_group_ms"] for t in times)
+        # The first two steps are planned before any step's times are known; later ones are corrected.
+        factors = step["corrections"]
+        assert (factors["factors"] == [] and factors["default"] == 1.0) == (index < 2), (index, factors)
+    calibrations = re.findall(r"calibration iteration (\d+) \| groups: \d+ \| mean group time error: [\d.]+%", stdout)
+    assert [int(i) for i in calibrations] == list(range(1, TRAIN_ITERS + 1))
+
+
+@pytest.mark.parametrize("name", ["static4"])
+def test_static_baseline_is_not_recalibrated(runs: dict, name: str) -> None:
+    assert all(step["corrections"] is None for step in runs[name][0]["steps"])
 
 
 def test_static_baseline_uses_fixed_groups(runs: dict) -> None:

@@ -12,10 +12,12 @@ single-process, unsharded reference run (`fcp train --reference`) of the same mo
 - every sample trained exactly once per step, and every frame group encoded exactly once (the
   patches the ranks encoded add up to each sample's patches);
 - the plans were made with the vision term (the recorded round times are those of the planner given
-  each sample's patches) and include groups of a non-power-of-two degree.
+  each sample's patches and the correction factors recorded for the step) and include groups of a
+  non-power-of-two degree.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -26,6 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mindspeed_mm.core.fcp.cost.calibration import CalibratedCostModel, CorrectionTable
 from mindspeed_mm.core.fcp.executor.config import load_run_config
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
@@ -109,10 +112,14 @@ def test_plans_include_the_vision_term_and_non_power_of_two_groups(runs: dict, n
     for index, step in enumerate(result["steps"]):
         patches = sampler.batch_patches(index)
         assert patches is not None
-        planned = planner.plan(sampler.batch_lengths(index), patches)
+        # Replanned offline with the correction factors the run recorded for the step: the same plan.
+        assert step["corrections"] is not None
+        step_planner = dataclasses.replace(planner, cost=CalibratedCostModel.calibrated(
+            planner.cost, CorrectionTable.from_json(step["corrections"])))
+        planned = step_planner.plan(sampler.batch_lengths(index), patches)
         assert step["plan_digest"] == planned.digest()
         assert step["predicted_round_ms"] == pytest.approx([r.predicted_ms for r in planned.rounds], rel=1e-9)
-        text_only = planner.plan(sampler.batch_lengths(index))
+        text_only = step_planner.plan(sampler.batch_lengths(index))
         assert text_only.predicted_ms < planned.predicted_ms
     degrees = {d for step in result["steps"] for round_degrees in step["round_degrees"] for d in round_degrees}
     assert any(d > 2 and d & (d - 1) for d in degrees), degrees

@@ -53,6 +53,8 @@ def test_defaults():
     assert args.fcp_group_pool == "lazy"
     assert args.fcp_ranks_per_node is None
     assert args.fcp_log_plan is False
+    assert args.fcp_recalibrate is True
+    assert args.fcp_recalibration_smoothing == 0.3
 
 
 def test_flag_values_parse():
@@ -61,8 +63,10 @@ def test_flag_values_parse():
     args = parser.parse_args([
         "--context-parallel-algo", "fcp_cp_algo", "--fcp-max-degree", "6", "--fcp-attention-algo", "ulysses",
         "--fcp-async-planning", "false", "--fcp-group-pool", "prewarm", "--fcp-log-plan",
-        "--fcp-max-tokens-per-rank", "4096", "--fcp-ranks-per-node", "16",
+        "--fcp-max-tokens-per-rank", "4096", "--fcp-ranks-per-node", "16", "--fcp-recalibrate", "off",
+        "--fcp-recalibration-smoothing", "0.5",
     ])
+    assert (args.fcp_recalibrate, args.fcp_recalibration_smoothing) == (False, 0.5)
     assert (args.fcp_max_degree, args.fcp_attention_algo, args.fcp_async_planning) == (6, "ulysses", False)
     assert (args.fcp_group_pool, args.fcp_log_plan) == ("prewarm", True)
     assert (args.fcp_max_tokens_per_rank, args.fcp_ranks_per_node) == (4096, 16)
@@ -74,6 +78,8 @@ def test_flag_values_parse():
     ["--fcp-max-degree", "0"],
     ["--fcp-max-degree", "three"],
     ["--fcp-async-planning", "maybe"],
+    ["--fcp-recalibration-smoothing", "0"],
+    ["--fcp-recalibration-smoothing", "1.5"],
 ])
 def test_bad_values_name_the_option(argv, capsys):
     parser = megatron_like_parser()

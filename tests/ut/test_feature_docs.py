@@ -68,6 +68,8 @@ def test_every_parser_flag_is_in_the_docs_table_once() -> None:
     ("--fcp-group-pool", "`lazy`"),
     ("--fcp-async-planning", "`true`"),
     ("--fcp-log-plan", "`false`"),
+    ("--fcp-recalibrate", "`true`"),
+    ("--fcp-recalibration-smoothing", "`0.3`"),
 ])
 def test_documented_defaults_and_choices(flag: str, documented: str) -> None:
     action = parser_flags()[flag]

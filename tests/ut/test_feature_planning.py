@@ -49,7 +49,7 @@ def test_options_reach_the_cost_model_and_solver(tmp_path) -> None:
 @pytest.mark.parametrize("async_planning", ["true", "false"])
 def test_plan_source_plans_step_after_step(async_planning: str, caplog: pytest.LogCaptureFixture) -> None:
     args = parse("--fcp-preset", "cpu-tiny", "--fcp-max-tokens-per-rank", "48", "--fcp-async-planning",
-                 async_planning, "--fcp-log-plan")
+                 async_planning, "--fcp-log-plan", "--fcp-recalibrate", "false")
     batches = [[150, 20, 9, 60], [30, 30, 30, 100], [8, 8, 180, 12]]
     source = plan_source_from_args(args, 4, lambda step: batches[step], num_steps=3)
     planner = planner_from_args(args, 4)
@@ -58,3 +58,42 @@ def test_plan_source_plans_step_after_step(async_planning: str, caplog: pytest.L
     source.close()
     assert digests == [planner.plan(b).digest() for b in batches]
     assert [r.message.split(":")[0] for r in caplog.records] == [f"FCP plan of step {i}" for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("async_planning", ["true", "false"])
+def test_measured_group_times_recalibrate_the_plans_two_steps_later(
+    async_planning: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = parse("--fcp-preset", "cpu-tiny", "--fcp-max-tokens-per-rank", "48", "--fcp-async-planning",
+                 async_planning, "--fcp-log-plan", "--fcp-recalibration-smoothing", "1")
+    batches = [[150, 20, 9, 60], [30, 30, 30, 100], [8, 8, 180, 12], [40, 90, 70, 5]]
+    source = plan_source_from_args(args, 4, lambda step: batches[step], num_steps=len(batches))
+    assert source.wants_measurements
+    base = planner_from_args(args, 4).cost
+
+    def base_ms(batch: list[int], group) -> float:  # type: ignore[no-untyped-def]
+        return float(base.group_time_ms(base.workload([batch[s] for s in group.samples]), group.degree, group.algo))
+
+    with caplog.at_level(logging.INFO, logger="mindspeed_mm.features_manager.fcp.planning"):
+        for step, batch in enumerate(batches):
+            plan = source()
+            for round_plan in plan.rounds:
+                for group in round_plan.groups:
+                    # Planned with the base model until step 0's times (3x every prediction) are known.
+                    expected = base_ms(batch, group) * (3.0 if step >= 2 else 1.0)
+                    assert group.predicted_ms == pytest.approx(expected, rel=1e-9), (step, group)
+            source.record_measured([[3.0 * base_ms(batch, g) for g in r.groups] for r in plan.rounds])
+    source.close()
+    calibrations = [r.message for r in caplog.records if r.message.startswith("calibration")]
+    assert len(calibrations) == len(batches)
+    assert "mean group time error: 66.7% (uncorrected model 66.7%)" in calibrations[0]
+    assert "mean group time error: 0.0% (uncorrected model 66.7%)" in calibrations[2]
+
+
+def test_recalibration_is_off_with_pipeline_parallelism(caplog: pytest.LogCaptureFixture) -> None:
+    args = parse("--fcp-preset", "cpu-tiny", "--pipeline-model-parallel-size", "2")
+    with caplog.at_level(logging.WARNING, logger="mindspeed_mm.features_manager.fcp.planning"):
+        source = plan_source_from_args(args, 4, lambda step: [100, 20], num_steps=1)
+    source.close()
+    assert not source.wants_measurements
+    assert "--fcp-recalibrate is off with --pipeline-model-parallel-size > 1" in caplog.text

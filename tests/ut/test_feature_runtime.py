@@ -228,14 +228,46 @@ def _tp2_layout_and_groups(rank: int, world_size: int) -> dict[str, Any]:
             dist.all_reduce(value, group=group)
         sums.append(float(value))
     runtime.end_step()
+
+    # A measuring plan source gets every group's time; this rank's clock says round 0 took
+    # ROUND_MS[rank][0] ms and round 1 ROUND_MS[rank][1] ms.
+    source = _RecordingSource(plan)
+    boundaries = iter([0.0, ROUND_MS[rank][0] / 1e3, sum(ROUND_MS[rank]) / 1e3])
+    measuring = FCPRuntime(FCPRuntimeSettings(), clock=lambda: next(boundaries))
+    measuring.set_layout(layout)
+    measuring.set_plan_source(source)
+    for _ in measuring.begin_step():
+        measuring.next_round()
+    measuring.end_step()
     parallel_state.destroy_model_parallel()
     return {"planes": layout.planes, "fcp_rank": layout.fcp_rank, "prewarmed": prewarmed,
-            "groups": [r.group_ranks for r in rounds], "sums": sums}
+            "groups": [r.group_ranks for r in rounds], "sums": sums, "measured": source.measured}
+
+
+ROUND_MS = {0: (10.0, 5.0), 1: (12.0, 6.0), 2: (14.0, 7.0), 3: (11.0, 8.0)}
+"""Per global rank, the time its clock shows for round 0 and round 1 of the measured step."""
+
+
+class _RecordingSource:
+    """A measuring plan source handing out one plan and keeping what it is told."""
+
+    wants_measurements = True
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.measured: list[list[list[float]]] = []
+
+    def __call__(self) -> Plan:
+        return self.plan
+
+    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
+        self.measured.append(measured_group_ms)
 
 
 def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
     """TP = 2 on 4 ranks: FCP planes are (0, 2) and (1, 3); a plan's degree-2 group is (0, 2) in one plane
-    and (1, 3) in the other, and its process group reduces over exactly those ranks."""
+    and (1, 3) in the other, and its process group reduces over exactly those ranks. A measuring plan
+    source receives every group's time, the same on every rank."""
     results = run_distributed(_tp2_layout_and_groups, 4, timeout_s=180.0)
     for rank, result in enumerate(results):
         plane = (0, 2) if rank % 2 == 0 else (1, 3)
@@ -244,3 +276,9 @@ def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
         assert result["prewarmed"] == 1, "prewarm creates the one degree-2 group of this rank's plane"
         assert result["groups"] == [plane, (rank,)]
         assert result["sums"] == [float(sum(r + 1 for r in plane)), float(rank + 1)]
+        # FCP rank 0 is global rank 0 in one plane and 1 in the other (FCP rank 1: global 2 and 3); its time is
+        # the slower plane's. Round 0's group (0, 1) took the smaller of its ranks' times.
+        fcp0 = [max(ROUND_MS[0][k], ROUND_MS[1][k]) for k in range(2)]
+        fcp1 = [max(ROUND_MS[2][k], ROUND_MS[3][k]) for k in range(2)]
+        assert result["measured"] == [[[pytest.approx(min(fcp0[0], fcp1[0]))],
+                                       [pytest.approx(fcp0[1]), pytest.approx(fcp1[1])]]]

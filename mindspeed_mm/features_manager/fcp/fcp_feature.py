@@ -24,7 +24,8 @@ ATTENTION_ALGOS = ("auto", "ring", "ulysses")
 GROUP_POOL_POLICIES = ("lazy", "prewarm")
 FCP_OPTIONS = (
     "fcp_profile_table", "fcp_preset", "fcp_max_degree", "fcp_max_tokens_per_rank", "fcp_attention_algo",
-    "fcp_async_planning", "fcp_group_pool", "fcp_ranks_per_node", "fcp_log_plan",
+    "fcp_async_planning", "fcp_group_pool", "fcp_ranks_per_node", "fcp_log_plan", "fcp_recalibrate",
+    "fcp_recalibration_smoothing",
 )
 """Destinations of the `--fcp-*` options, in registration order."""
 # Options that change how static CP or attention is laid out and have no meaning under FCP.
@@ -54,6 +55,16 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
     if number <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
+    return number
+
+
+def smoothing_weight(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {number}")
     return number
 
 
@@ -96,6 +107,11 @@ class FCPFeature(MindSpeedFeature):
                                 "groups that fit in a node are kept inside one.")
         group.add_argument("--fcp-log-plan", type=str_to_bool, nargs="?", const=True, default=False,
                            help="Log every step's plan (groups, degrees, predicted vs measured time).")
+        group.add_argument("--fcp-recalibrate", type=str_to_bool, nargs="?", const=True, default=True,
+                           help="Correct the cost model per degree and algo from the measured group times of "
+                                "earlier steps (off with pipeline parallelism).")
+        group.add_argument("--fcp-recalibration-smoothing", type=smoothing_weight, default=0.3,
+                           help="Weight of the newest measurement in the smoothed correction factors, in (0, 1].")
 
     # ------------------------------------------------------------------ validation
     def pre_validate_args(self, args: argparse.Namespace) -> None:

@@ -2,7 +2,8 @@
 
 The data loader knows the token lengths of each global batch before the step runs; it registers a
 plan source built here with `get_fcp_runtime().set_plan_source(...)`, and the FCP forward-backward
-driver then takes one plan per step from it.
+driver then takes one plan per step from it. With --fcp-recalibrate the driver hands the measured
+group times of each step back, and later plans use the corrected cost model.
 """
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ import argparse
 import logging
 from collections.abc import Callable, Sequence
 
+import dataclasses
+
 from mindspeed_mm.core.fcp.cost import ALGOS, CostModel, ProfileTable
+from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.executor.log_format import calibration_line
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
+from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 
 logger = logging.getLogger(__name__)
@@ -48,7 +54,9 @@ def planner_from_args(args: argparse.Namespace, num_fcp_ranks: int) -> BatchPlan
 class StepPlanSource:
     """Plans step after step from the global batches' token lengths, one step ahead with --fcp-async-planning.
 
-    Call it once per training step (the FCP driver does); it returns that step's plan.
+    Call it once per training step (the FCP driver does); it returns that step's plan. With a
+    recalibrator, `record_measured` takes the step's measured group times (the driver passes them)
+    and the plans of later steps use the corrected cost model.
     """
 
     def __init__(
@@ -59,19 +67,44 @@ class StepPlanSource:
         *,
         async_planning: bool,
         log_plan: bool = False,
+        recalibrator: StepRecalibrator | None = None,
     ) -> None:
         self.planner = planner
         self.batch_lengths = batch_lengths
         self.log_plan = log_plan
+        self.recalibrator = recalibrator
         self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning)
         self._step = 0
+        self._last_plan: Plan | None = None
 
     def _plan(self, step: int) -> Plan:
-        return self.planner.plan(self.batch_lengths(step))
+        planner = self.planner
+        if self.recalibrator is not None:
+            planner = dataclasses.replace(planner, cost=self.recalibrator.cost_for_step(step))
+        return planner.plan(self.batch_lengths(step))
+
+    @property
+    def wants_measurements(self) -> bool:
+        """Whether the driver should time the groups (only to recalibrate)."""
+        return self.recalibrator is not None
+
+    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
+        """Feeds the measured group times of the plan handed out last to the recalibrator."""
+        if self.recalibrator is None:
+            return
+        if self._last_plan is None:
+            raise RuntimeError("record_measured called before any plan was handed out")
+        step = self._step - 1
+        observations = self.recalibrator.record_step(
+            step, self._last_plan, self.batch_lengths(step), None, measured_group_ms
+        )
+        if self.log_plan:
+            logger.info(calibration_line(step + 1, observations, self.recalibrator.calibrator.snapshot()))
 
     def __call__(self) -> Plan:
         planned = self._planner.get(self._step)
         self._step += 1
+        self._last_plan = planned.plan
         if self.log_plan:
             plan = planned.plan
             logger.info(
@@ -89,11 +122,22 @@ class StepPlanSource:
 def plan_source_from_args(
     args: argparse.Namespace, num_fcp_ranks: int, batch_lengths: Callable[[int], Sequence[int]], num_steps: int
 ) -> StepPlanSource:
-    """The plan source of a run, configured by --fcp-async-planning and --fcp-log-plan."""
+    """The plan source of a run, configured by --fcp-async-planning, --fcp-log-plan, --fcp-recalibrate and
+    --fcp-recalibration-smoothing."""
+    planner = planner_from_args(args, num_fcp_ranks)
+    recalibrator = None
+    if args.fcp_recalibrate:
+        if getattr(args, "pipeline_model_parallel_size", 1) > 1:
+            # Pipeline schedules interleave the rounds' forward and backward passes: no round has a time of its own.
+            logger.warning("FCP: --fcp-recalibrate is off with --pipeline-model-parallel-size > 1")
+        else:
+            settings = CalibrationSettings(smoothing=args.fcp_recalibration_smoothing)
+            recalibrator = StepRecalibrator(planner.cost, settings)
     return StepPlanSource(
-        planner_from_args(args, num_fcp_ranks),
+        planner,
         batch_lengths,
         num_steps,
         async_planning=args.fcp_async_planning,
         log_plan=args.fcp_log_plan,
+        recalibrator=recalibrator,
     )

@@ -12,11 +12,15 @@ FCP rank ``i`` of a plan is global rank ``plane[i]`` in each plane.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
+import torch
 import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.executor.recalibration import measured_group_times
 from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.solver import Plan
 
@@ -132,16 +136,57 @@ PlanSource = Callable[[], Plan]
 """Gives the plan of the next training step; called once per step on every rank, in step order."""
 
 
+@runtime_checkable
+class MeasuringPlanSource(Protocol):
+    """A plan source that also learns how long the groups of its last plan took (e.g. to recalibrate)."""
+
+    def __call__(self) -> Plan:
+        """The plan of the next training step."""
+        ...
+
+    @property
+    def wants_measurements(self) -> bool:
+        """Whether the runtime should time the rounds (a device synchronisation per round, one all-reduce per step)."""
+        ...
+
+    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
+        """Receives the time of every group of the last plan's rounds (the same on every rank)."""
+        ...
+
+
+def _wait_for_device() -> None:
+    """Waits for queued accelerator work, so that the host clock measures it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    npu = getattr(torch, "npu", None)
+    if npu is not None and npu.is_available():
+        npu.synchronize()
+
+
+def _collective_device() -> torch.device:
+    """Where the default process group's backend communicates."""
+    backend = dist.get_backend()
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    if backend == "hccl":
+        return torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]
+    return torch.device("cpu")
+
+
 class FCPRuntime:
     """The FCP state of this process."""
 
-    def __init__(self, settings: FCPRuntimeSettings | None = None) -> None:
+    def __init__(self, settings: FCPRuntimeSettings | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.settings = settings or FCPRuntimeSettings()
         self.layout: FCPRankLayout | None = None
         self.groups: CommGroupPool | None = None
         self.plan_source: PlanSource | None = None
+        self._clock = clock
         self._rounds: list[FCPRound] | None = None
         self._next_round = 0
+        self._plan: Plan | None = None
+        self._round_starts: list[float] | None = None
 
     # ------------------------------------------------------------------ start-up
     def set_layout(self, layout: FCPRankLayout) -> None:
@@ -184,11 +229,16 @@ class FCPRuntime:
                     "get_fcp_runtime().set_plan_source(...) before the first training step"
                 )
             plan = self.plan_source()
+            measuring = isinstance(self.plan_source, MeasuringPlanSource) and self.plan_source.wants_measurements
+        else:
+            measuring = False
         rounds = rounds_of_rank(plan, layout)
         candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
         self._pool().prewarm(self._in_every_plane(candidates))
         self._rounds = rounds
         self._next_round = 0
+        self._plan = plan
+        self._round_starts = [] if measuring else None
         return rounds
 
     @property
@@ -203,6 +253,9 @@ class FCPRuntime:
         rounds = self.step_rounds
         if self._next_round >= len(rounds):
             raise FCPRuntimeError(f"the step's plan has {len(rounds)} rounds, but a micro-batch beyond them started")
+        if self._round_starts is not None:
+            _wait_for_device()
+            self._round_starts.append(self._clock())
         self._next_round += 1
         return rounds[self._next_round - 1]
 
@@ -214,18 +267,36 @@ class FCPRuntime:
         return self._rounds[self._next_round - 1]
 
     def end_step(self) -> None:
-        """Ends the running step; every round must have run."""
+        """Ends the running step; every round must have run. A measuring plan source then receives the
+        time of every group (one all-reduce over all ranks, so every rank passes the same times)."""
         rounds = self.step_rounds
         ran = self._next_round
-        self._rounds = None
-        self._next_round = 0
+        plan, starts = self._plan, self._round_starts
+        self.abort_step()
         if ran != len(rounds):
             raise FCPRuntimeError(f"the step ran {ran} micro-batches but its plan has {len(rounds)} rounds")
+        if starts is not None and plan is not None and isinstance(self.plan_source, MeasuringPlanSource):
+            _wait_for_device()
+            starts.append(self._clock())
+            self.plan_source.record_measured(self._group_times(plan, starts))
+
+    def _group_times(self, plan: Plan, boundaries: list[float]) -> list[list[float]]:
+        """Every group's time in ms from this rank's round boundaries and every other rank's."""
+        layout = self.require_layout()
+        # [FCP rank, round]: each rank fills its row; MAX also keeps the slowest plane (TP / PP above 1).
+        times = torch.zeros(layout.num_fcp_ranks, plan.num_rounds, dtype=torch.float64)
+        times[layout.fcp_rank] = torch.tensor([(b - a) * 1e3 for a, b in zip(boundaries, boundaries[1:])],
+                                              dtype=torch.float64)
+        times = times.to(_collective_device())
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        return measured_group_times(plan, times.cpu().numpy())
 
     def abort_step(self) -> None:
         """Forgets the running step after an error."""
         self._rounds = None
         self._next_round = 0
+        self._plan = None
+        self._round_starts = None
 
     def process_group(self, fcp_round: FCPRound) -> dist.ProcessGroup | None:
         """The CP group of `fcp_round` (None for a group of one rank)."""

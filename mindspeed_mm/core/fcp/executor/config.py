@@ -135,6 +135,10 @@ class FCPConfig:
     """Ranks sharing a node's fast link; None takes the cost model's hardware value."""
     log_plan: bool = _key("fcp_log_plan", False)
     """Log each step's plan summary (groups, degrees, predicted vs measured round time)."""
+    recalibrate: bool = _key("fcp_recalibrate", True)
+    """Correct the cost model per degree / algo from the measured group times of earlier steps."""
+    recalibration_smoothing: float = _key("fcp_recalibration_smoothing", 0.3)
+    """Weight of the newest measurement in the smoothed correction factors, in (0, 1]."""
 
 
 @dataclass(frozen=True)
@@ -447,6 +451,8 @@ def _check_consistency(config: RunConfig) -> None:
         raise ConfigError(f"{where}: head dimension {m.head_dim} must be even for RoPE")
     if (f.preset is None) == (f.profile_table is None):
         raise ConfigError(f"{where}: set exactly one of fcp_preset and fcp_profile_table")
+    if not 0.0 < f.recalibration_smoothing <= 1.0:
+        raise ConfigError(f"{where}.fcp_recalibration_smoothing must be in (0, 1], got {f.recalibration_smoothing}")
     data_where = f"{config.source}: data"
     if d.dataset not in DATASETS:
         raise ConfigError(f"{data_where}.dataset must be one of {', '.join(DATASETS)}, got {d.dataset!r}")

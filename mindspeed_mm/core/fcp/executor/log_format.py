@@ -4,7 +4,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Sequence
 
+from mindspeed_mm.core.fcp.cost.calibration import CorrectionTable, Observation
 from mindspeed_mm.core.fcp.executor.memory import MemoryStats
+from mindspeed_mm.core.fcp.executor.recalibration import mean_absolute_error
 from mindspeed_mm.core.fcp.solver import Plan
 
 
@@ -64,4 +66,15 @@ def plan_summary_line(iteration: int, plan: Plan, measured_round_ms: Sequence[fl
         + " | ".join(rounds)
         + f" | predicted step {plan.predicted_ms:.2f} ms (lower bound {plan.lower_bound_ms:.2f} ms,"
         f" solver {plan.solver_ms:.2f} ms)"
+    )
+
+
+def calibration_line(iteration: int, observations: Sequence[Observation], factors: CorrectionTable) -> str:
+    """How far the step's group times were from the plan's predictions, and the factors learned so far."""
+    learned = " ".join(f"{d}x{a} {f:.2f}" for (d, a), f in sorted(factors.factors.items()))
+    return (
+        f"calibration iteration {iteration} | groups: {len(observations)} |"
+        f" mean group time error: {100 * mean_absolute_error(observations):.1f}%"
+        f" (uncorrected model {100 * mean_absolute_error(observations, uncorrected=True):.1f}%) |"
+        f" factors: {learned or '-'} (other keys {factors.default:.2f})"
     )

@@ -46,6 +46,12 @@ class StepRecord:
     all-gather, which also waits for the last rank to start the step, plan validation, creation of new
     groups), `forward_backward_ms` (all rounds), `grad_sync_ms` (the gradient all-reduce, including waiting
     for the slowest rank), `optimizer_ms` and `step_ms` (the whole step)."""
+    predicted_group_ms: list[list[float]] = field(default_factory=list)
+    """Planner's predicted time of each group of each round (with the correction factors of `corrections`)."""
+    measured_group_ms: list[list[float]] = field(default_factory=list)
+    """Measured time of each group of each round: the smallest of its ranks' times in the round."""
+    corrections: dict[str, Any] | None = None
+    """Correction factors (`CorrectionTable.to_json()`) the step was planned with; None without recalibration."""
     vision_patches_trained: list[int] = field(default_factory=list)
     """Vision-encoder patches of each sample encoded, summed over all ranks (empty for a text-only model)."""
     vision_patches_per_rank: list[int] = field(default_factory=list)

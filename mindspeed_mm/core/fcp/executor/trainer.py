@@ -10,6 +10,7 @@ take the optimizer step, and log in Megatron's format.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -18,17 +19,24 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings, Observation
 from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.executor.log_format import iteration_line, memory_line, plan_summary_line
+from mindspeed_mm.core.fcp.executor.log_format import (
+    calibration_line,
+    iteration_line,
+    memory_line,
+    plan_summary_line,
+)
 from mindspeed_mm.core.fcp.executor.memory import MemoryTracker
 from mindspeed_mm.core.fcp.executor.model import build_gpt_model
 from mindspeed_mm.core.fcp.executor.optimizer import build_optimizer
 from mindspeed_mm.core.fcp.executor.plan_check import check_plan_agreement, check_plan_executable
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
+from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator, measured_group_times
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
@@ -81,6 +89,10 @@ class Trainer:
         self.config = config
         self.context = context
         self.planner = BatchPlanner.from_config(config, context.world_size)
+        self.recalibrator: StepRecalibrator | None = None
+        if config.is_fcp and config.fcp.recalibrate:
+            settings = CalibrationSettings(smoothing=config.fcp.recalibration_smoothing)
+            self.recalibrator = StepRecalibrator(self.planner.cost, settings)
         self.dataset: PlanDataset
         self.model: torch.nn.Module
         if config.vision is not None:
@@ -112,7 +124,10 @@ class Trainer:
         return RoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
 
     def _plan_step(self, step: int) -> Plan:
-        return self.planner.plan(self.sampler.batch_lengths(step), self.sampler.batch_patches(step))
+        planner = self.planner
+        if self.recalibrator is not None:
+            planner = dataclasses.replace(planner, cost=self.recalibrator.cost_for_step(step))
+        return planner.plan(self.sampler.batch_lengths(step), self.sampler.batch_patches(step))
 
     def train(self, progress: bool = False) -> TrainResult:
         """Runs all steps; every rank returns the same records."""
@@ -174,7 +189,13 @@ class Trainer:
             "step_ms": step_ms,
         }
         record = self._summarise(step, plan, output, timings)
-        self._log(record, plan)
+        observations = None
+        if self.recalibrator is not None:
+            observations = self.recalibrator.record_step(
+                step, plan, self.sampler.batch_lengths(step), self.sampler.batch_patches(step),
+                record.measured_group_ms,
+            )
+        self._log(record, plan, observations)
         return record
 
     def _summarise(self, step: int, plan: Plan, output: StepOutput, timings: dict[str, float]) -> StepRecord:
@@ -193,16 +214,13 @@ class Trainer:
                 acc.groups,
                 acc.vision_patches,
                 rank_patches,
+                _rank_round_times(output, plan.num_rounds, self.context.rank, world).reshape(-1),
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
         summed = summed.to(self.context.device)
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
         summed = summed.cpu()
-        round_ms = torch.tensor([r.forward_backward_ms for r in output.rounds], dtype=torch.float64)
-        round_ms = round_ms.to(self.context.device)
-        dist.all_reduce(round_ms, op=dist.ReduceOp.MAX)
-        round_ms = round_ms.cpu()
 
         indices = self.sampler.batch_indices(step)
         lengths = self.sampler.batch_lengths(step)
@@ -212,10 +230,14 @@ class Trainer:
         groups = summed[1 + 2 * size : 1 + 3 * size].numpy().round().astype(np.int64)
         encoded_patches = summed[1 + 3 * size : 1 + 4 * size].numpy().round().astype(np.int64)
         per_rank_patches = summed[1 + 4 * size : 1 + 4 * size + world].numpy().round().astype(np.int64)
+        times_start = 1 + 4 * size + world
+        times_stop = times_start + world * plan.num_rounds
+        rank_round_ms = summed[times_start:times_stop].numpy().reshape(world, plan.num_rounds)
         patches = self.sampler.batch_patches(step)
         _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups,
                           patches, encoded_patches)
-        mean_timings = summed[1 + 4 * size + world :] / world
+        mean_timings = summed[times_stop:] / world
+        corrections = self.recalibrator.corrections_for_step(step) if self.recalibrator is not None else None
         return StepRecord(
             iteration=step + 1,
             loss=float(summed[0]) / self.sampler.batch_loss_tokens(step),
@@ -227,17 +249,22 @@ class Trainer:
             plan_digest=plan.digest(),
             round_degrees=[[g.degree for g in r.groups] for r in plan.rounds],
             predicted_round_ms=[r.predicted_ms for r in plan.rounds],
-            measured_round_ms=round_ms.tolist(),
+            measured_round_ms=rank_round_ms.max(axis=0).tolist(),
+            predicted_group_ms=[[g.predicted_ms for g in r.groups] for r in plan.rounds],
+            measured_group_ms=measured_group_times(plan, rank_round_ms),
+            corrections=corrections.to_json() if corrections is not None else None,
             timings_ms={k: float(v) for k, v in zip(_TIMING_KEYS, mean_timings.tolist())},
             vision_patches_trained=encoded_patches.tolist() if patches is not None else [],
             vision_patches_per_rank=per_rank_patches.tolist() if patches is not None else [],
         )
 
-    def _log(self, record: StepRecord, plan: Plan) -> None:
+    def _log(self, record: StepRecord, plan: Plan, observations: list[Observation] | None) -> None:
         t = self.config.training
         iteration = record.iteration
         if self.context.rank == 0 and self.config.fcp.log_plan:
             logger.info(plan_summary_line(iteration, plan, record.measured_round_ms))
+            if observations is not None and self.recalibrator is not None:
+                logger.info(calibration_line(iteration, observations, self.recalibrator.calibrator.snapshot()))
         if self.context.rank == 0 and (iteration % t.log_interval == 0 or iteration == t.train_iters):
             logger.info(
                 iteration_line(
@@ -255,6 +282,15 @@ class Trainer:
             )
         if iteration in (1, t.train_iters):
             logger.info(memory_line(self.context.rank, iteration, self.memory.read()))
+
+
+def _rank_round_times(output: StepOutput, num_rounds: int, rank: int, world: int) -> torch.Tensor:
+    """`[world, num_rounds]` float64, zero but for this rank's row: its time in each round (summed over ranks
+    by the caller, so that every rank learns every rank's times)."""
+    times = torch.zeros(world, num_rounds, dtype=torch.float64)
+    for round_record in output.rounds:
+        times[rank, round_record.round_index] = round_record.forward_backward_ms
+    return times
 
 
 def multi_rank_groups(plan: Plan) -> list[tuple[int, ...]]:

@@ -1,0 +1,112 @@
+"""Recalibration in training: which factors each step is planned with, what a step's group times teach,
+and how a group's time is read from its ranks' round times."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost.calibration import CalibratedCostModel, CalibrationSettings
+from mindspeed_mm.core.fcp.executor.recalibration import (
+    PLAN_LAG,
+    StepRecalibrator,
+    mean_absolute_error,
+    measured_group_times,
+)
+from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.planner import plan_batch
+
+LENGTHS = [300, 120, 80, 64, 40, 200, 150, 30]
+
+
+@pytest.fixture(scope="module")
+def cost() -> CostModel:
+    return CostModel.from_preset("cpu-tiny", max_tokens_per_rank=160)
+
+
+def _plan(cost: CostModel) -> Plan:
+    return plan_batch(LENGTHS, cost, SolverConfig(num_ranks=4, ranks_per_node=4))
+
+
+def _scaled_times(plan: Plan, cost: CostModel, lengths: list[int], scale: dict[int, float]) -> list[list[float]]:
+    """Each group's uncorrected predicted time times `scale[degree]`: a machine `scale` times slower."""
+    return [
+        [float(cost.group_time_ms(cost.workload([lengths[s] for s in g.samples]), g.degree, g.algo)) * scale[g.degree]
+         for g in r.groups]
+        for r in plan.rounds
+    ]
+
+
+def test_the_first_steps_are_planned_uncorrected_and_later_ones_lag_by_two(cost: CostModel) -> None:
+    recalibrator = StepRecalibrator(cost)
+    assert PLAN_LAG == 2
+    for step in range(PLAN_LAG):
+        assert recalibrator.corrections_for_step(step).is_identity
+        assert recalibrator.cost_for_step(step) is cost
+    with pytest.raises(RuntimeError, match="plan of step 3 needs the measured group times of step 1"):
+        recalibrator.corrections_for_step(2)
+
+
+def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel) -> None:
+    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0))
+    plan = _plan(cost)
+    scale = {d: 2.0 + 0.5 * d for d in range(1, 5)}
+    records = recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, scale))
+    assert len(records) == sum(len(r.groups) for r in plan.rounds)
+    assert mean_absolute_error(records) > 0.5  # the uncorrected model was far off
+    assert mean_absolute_error(records, uncorrected=True) == mean_absolute_error(records)
+
+    corrected = recalibrator.cost_for_step(PLAN_LAG)
+    assert isinstance(corrected, CalibratedCostModel)
+    replanned = plan_batch(LENGTHS, corrected, SolverConfig(num_ranks=4, ranks_per_node=4))
+    measured = _scaled_times(replanned, cost, LENGTHS, scale)
+    # Every (degree, algo) the first plan used is now predicted exactly (smoothing 1 keeps the latest ratio).
+    seen = {(g.degree, g.algo) for r in plan.rounds for g in r.groups}
+    checked = 0
+    for round_plan, times in zip(replanned.rounds, measured):
+        for group, time_ms in zip(round_plan.groups, times):
+            if (group.degree, group.algo) in seen:
+                assert group.predicted_ms == pytest.approx(time_ms, rel=1e-9)
+                checked += 1
+    assert checked
+    # The step after still plans with step 0's factors; step 1 has not been recorded.
+    assert recalibrator.corrections_for_step(PLAN_LAG) == recalibrator.corrections_for_step(PLAN_LAG)
+    with pytest.raises(RuntimeError, match="step 2"):
+        recalibrator.corrections_for_step(PLAN_LAG + 1)
+
+
+def test_corrections_of_a_step_do_not_change_once_recorded(cost: CostModel) -> None:
+    recalibrator = StepRecalibrator(cost)
+    plan = _plan(cost)
+    recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 3.0)))
+    first = recalibrator.corrections_for_step(2)
+    recalibrator.record_step(1, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 1.0)))
+    assert recalibrator.corrections_for_step(2) == first
+    assert recalibrator.corrections_for_step(3).default < first.default
+
+
+def test_measured_times_must_match_the_plan_groups(cost: CostModel) -> None:
+    recalibrator = StepRecalibrator(cost)
+    plan = _plan(cost)
+    times = _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 1.0))
+    with pytest.raises(ValueError, match="step 1: measured times per round"):
+        recalibrator.record_step(0, plan, LENGTHS, None, times[:-1])
+    with pytest.raises(ValueError, match="measured_ms must be a finite time > 0"):
+        recalibrator.record_step(0, plan, LENGTHS, None, [[0.0] * len(t) for t in times])
+
+
+def test_a_group_time_is_its_last_arriving_rank_time() -> None:
+    plan = Plan(
+        rounds=(
+            RoundPlan(groups=(GroupPlan(ranks=(0, 1, 2), degree=3, algo="ring", samples=(0,), predicted_ms=1.0),
+                              GroupPlan(ranks=(3,), degree=1, algo="ring", samples=(1,), predicted_ms=1.0)),
+                      predicted_ms=1.0),
+            RoundPlan(groups=(GroupPlan(ranks=(0, 1), degree=2, algo="ulysses", samples=(2,), predicted_ms=1.0),
+                              GroupPlan(ranks=(2, 3), degree=2, algo="ring", samples=(3,), predicted_ms=1.0)),
+                      predicted_ms=1.0),
+        ),
+        predicted_ms=2.0, lower_bound_ms=1.0, solver_ms=0.1, num_ranks=4,
+    )
+    # [world, rounds]: rank 3 finished round 0 early and waited for ranks 2 in round 1.
+    rank_round_ms = np.array([[10.0, 7.0], [11.0, 6.0], [12.0, 9.0], [4.0, 15.0]])
+    assert measured_group_times(plan, rank_round_ms) == [[10.0, 4.0], [6.0, 9.0]]
