@@ -7,7 +7,9 @@ FCP and static-CP runs must reproduce its losses and final parameters.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.enums import AttnMaskType
@@ -73,46 +75,65 @@ def train_reference(config: RunConfig, progress: bool = False) -> tuple[TrainRes
         from mindspeed_mm.core.fcp.executor.vision.reference import train_vlm_reference
 
         return train_vlm_reference(config, progress=progress)
-    t = config.training
     dataset = build_dataset(config)
-    model = build_gpt_model(config.model, t.seed, core_attention=ReferenceCoreAttention)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(params, config.optimizer)
+    model = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
+
+    def sample_loss(index: int) -> torch.Tensor:
+        sample = dataset[index]
+        positions = torch.arange(sample.length, dtype=torch.int64)
+        token_losses = model(
+            sample.tokens.unsqueeze(0),
+            positions.unsqueeze(0),
+            None,
+            labels=sample.labels.unsqueeze(0),
+            packed_seq_params=FCPPackedSeqParams(
+                cu_seqlens=torch.tensor([0, sample.length], dtype=torch.int64), position_ids=positions
+            ),
+        )
+        return (token_losses.reshape(-1) * sample.loss_mask).sum()
+
+    result = run_reference_steps(config, model, dataset.lengths, dataset.loss_tokens, sample_loss, progress=progress)
+    return result, {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def run_reference_steps(
+    config: RunConfig,
+    model: torch.nn.Module,
+    lengths: np.ndarray,
+    loss_tokens: np.ndarray,
+    sample_loss: Callable[[int], torch.Tensor],
+    *,
+    vision_patches: np.ndarray | None = None,
+    progress: bool = False,
+) -> TrainResult:
+    """The reference training loop: per step, each sample's summed token loss (`sample_loss(index)`)
+    divided by the global batch's loss tokens is backpropagated alone, then one optimizer step."""
+    t = config.training
+    optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], config.optimizer)
     result = TrainResult(context_parallel_algo="reference", world_size=1, async_planning=False)
     model.train()
     for step in tqdm(range(t.train_iters), desc="reference", unit="step", disable=not progress):
         started = time.perf_counter()
         indices = range(step * t.global_batch_size, (step + 1) * t.global_batch_size)
-        normaliser = int(dataset.loss_tokens[indices.start : indices.stop].sum())
+        batch = slice(indices.start, indices.stop)
+        normaliser = int(loss_tokens[batch].sum())
         loss_sum = 0.0
         for index in indices:
-            sample = dataset[index]
-            positions = torch.arange(sample.length, dtype=torch.int64)
-            token_losses = model(
-                sample.tokens.unsqueeze(0),
-                positions.unsqueeze(0),
-                None,
-                labels=sample.labels.unsqueeze(0),
-                packed_seq_params=FCPPackedSeqParams(
-                    cu_seqlens=torch.tensor([0, sample.length], dtype=torch.int64), position_ids=positions
-                ),
-            )
-            sample_loss = (token_losses.reshape(-1) * sample.loss_mask).sum()
-            (sample_loss / normaliser).backward()
-            loss_sum += float(sample_loss.detach().to(torch.float64))
+            loss = sample_loss(index)
+            (loss / normaliser).backward()
+            loss_sum += float(loss.detach().to(torch.float64))
         forward_backward_ms = (time.perf_counter() - started) * 1e3
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        lengths = dataset.lengths[indices.start : indices.stop]
-        loss_tokens = dataset.loss_tokens[indices.start : indices.stop]
+        patches = None if vision_patches is None else vision_patches[batch]
         result.steps.append(
             StepRecord(
                 iteration=step + 1,
                 loss=loss_sum / normaliser,
                 sample_indices=list(indices),
-                lengths=[int(x) for x in lengths],
-                tokens_trained=[int(x) for x in lengths],
-                loss_tokens_trained=[int(x) for x in loss_tokens],
+                lengths=[int(x) for x in lengths[batch]],
+                tokens_trained=[int(x) for x in lengths[batch]],
+                loss_tokens_trained=[int(x) for x in loss_tokens[batch]],
                 groups_trained=[1] * len(indices),
                 plan_digest="",
                 round_degrees=[],
@@ -122,6 +143,8 @@ def train_reference(config: RunConfig, progress: bool = False) -> tuple[TrainRes
                     "forward_backward_ms": forward_backward_ms,
                     "step_ms": (time.perf_counter() - started) * 1e3,
                 },
+                vision_patches_trained=[] if patches is None else [int(x) for x in patches],
+                vision_patches_per_rank=[] if patches is None else [int(patches.sum())],
             )
         )
-    return result, {name: p.detach().clone() for name, p in model.named_parameters()}
+    return result
