@@ -10,9 +10,8 @@ is exact.
 from __future__ import annotations
 
 import heapq
+from itertools import accumulate
 from typing import Sequence
-
-import numpy as np
 
 
 def least_loaded_assignment(
@@ -40,15 +39,14 @@ def least_loaded_assignment(
     by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
     # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
     # nothing when items may overflow). Bins with less are dropped for good.
+    order_sizes = [sizes[i] for i in order]
     if overflow or not order:
         useful = [-(1 << 62)] * (len(order) + 1)
     else:
-        order_sizes = np.fromiter((sizes[i] for i in order), dtype=np.int64, count=len(order))
-        useful = np.minimum.accumulate(order_sizes[::-1])[::-1].tolist() + [1 << 62]
+        useful = list(accumulate(reversed(order_sizes), min))[::-1] + [1 << 62]
     out = [0] * len(order)
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for pos, i in enumerate(order):
-        size = sizes[i]
+    for pos, (i, size) in enumerate(zip(order, order_sizes)):
         while by_room and -by_room[0][0] >= size:
             b = heappop(by_room)[1]
             heappush(by_load, (load[b], b))

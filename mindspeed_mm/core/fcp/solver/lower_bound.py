@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -64,14 +64,17 @@ def step_lower_bound(
 ) -> float:
     """max(work bound, longest-sample bound) for one step; see the module docstring."""
     twin = GroupTimer(unlimited_memory_twin(cost), 1)
-    empty = cost.workload([])
-    whole = cost.workload(lengths, patches)
-    twin.prepare([(whole, 1, 1), (empty, 1, 1)])
-    fixed = twin.time(empty, 1)
-    work = (min_rounds * fixed + twin.time(whole, 1) - fixed) / num_ranks
+    if isinstance(sample_workloads, SampleWorkloads):
+        count = len(sample_workloads)
+        # The whole batch as one group, and an empty group.
+        batches, _ = sample_workloads.assigned(np.arange(count), np.zeros(count, dtype=np.int64), 2)
+    else:
+        batches = [cost.workload(lengths, patches), cost.workload([])]
+    whole, fixed = twin.evaluate(batches, [1, 1], 1, 1)[0][:, 0].tolist()
+    work = (min_rounds * fixed + whole - fixed) / num_ranks
 
     front = undominated_samples(lengths, patches)
-    top = timer.max_degree
-    timer.prepare([(sample_workloads[i], cost.min_degree(lengths[i]), top) for i in front])
-    longest = max(float(np.min(timer.window(sample_workloads[i], cost.min_degree(lengths[i]), top))) for i in front)
+    times, _ = timer.evaluate([sample_workloads[i] for i in front], [cost.min_degree(lengths[i]) for i in front],
+                              timer.max_degree)
+    longest = float(times.min(axis=1).max())
     return max(work, longest)

@@ -57,6 +57,9 @@ class SearchLimits:
     the samples of a target tried for swapping)."""
     first_improvement: bool
     """Local search: take the first improving move instead of the best one."""
+    polish_min_gain: float = 0.0
+    """Polish: a step is tried only when it could shorten the round by more than this fraction of it
+    (the gap between the slowest group and the next one bounds what one step can gain)."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,7 @@ class RoundStart:
 
     def grouping(self) -> list[tuple[int, ...]]:
         """The groups as ascending sample tuples, group 0 first."""
-        if self.members.size == 0:
-            return []
-        order = np.lexsort((self.members, self.owners))
-        bounds = np.flatnonzero(np.diff(self.owners[order])) + 1
-        return [tuple(chunk.tolist()) for chunk in np.split(self.members[order], bounds)]
+        return _owned_tuples(self.members, self.owners)
 
 
 class RoundSolver:
@@ -538,13 +537,19 @@ def _at_window_edge(times: np.ndarray, makespan: float) -> bool:
     return bool(np.any((times[:, -1] <= best) & (best >= makespan)))
 
 
-def _grouping(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
-    """Ascending sample tuples of the groups (owners numbered 0, 1, ...), in ascending order."""
+def _owned_tuples(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
+    """Ascending sample tuples of the non-empty groups, in owner order."""
     if members.size == 0:
         return []
     order = np.lexsort((members, owners))
-    bounds = np.flatnonzero(np.diff(owners[order])) + 1
-    return sorted(tuple(chunk.tolist()) for chunk in np.split(members[order], bounds))
+    ordered = members[order].tolist()
+    ends = np.cumsum(np.bincount(owners)).tolist()
+    return [tuple(ordered[begin:end]) for begin, end in zip([0, *ends], ends) if end > begin]
+
+
+def _grouping(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
+    """Ascending sample tuples of the groups (owners numbered 0, 1, ...), in ascending order."""
+    return sorted(_owned_tuples(members, owners))
 
 
 def _assignment(grouping: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, int]:

@@ -3,7 +3,8 @@
 The round's groups keep their optimal degrees; one step takes the change that shortens the round
 most -- a short sample of the slowest group moves to one of the fastest groups, or swaps with one of
 their short samples (a fine step when the groups are already well balanced) -- and stops when none
-does. All candidate changes of a step are timed in one cost-model query, from the groups' workloads
+does, or when none could save more than the limits' `polish_min_gain` share of the round (no step can
+bring the round below the next slowest group). All candidate changes of a step are timed in one cost-model query, from the groups' workloads
 adjusted by the samples that leave and join.
 """
 from __future__ import annotations
@@ -52,12 +53,16 @@ def _best_change(
     shortest) of the slowest group moves to one of the `max_targets` fastest groups, or swaps with one
     of that group's `max_movers` shortest samples. Returns (slowest group, target group, sample out of
     the slowest, sample out of the target (-1: none), their new times and algos); None when no change
-    shortens the round."""
+    shortens the round, or none could by more than `polish_min_gain` of it."""
     limits = solver.limits
     order = sorted(range(len(times)), key=lambda k: (-times[k], k))
     slow = order[0]
     targets = order[:0:-1][: limits.max_targets]
     if len(members[slow]) < 2 or not targets:
+        return None
+    # The slowest of the other groups bounds the round whatever the change.
+    rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
+    if min(rest.values()) >= times[slow] * (1 - max(limits.polish_min_gain, _IMPROVEMENT_RTOL)):
         return None
 
     def shortest(k: int) -> list[int]:
@@ -75,8 +80,6 @@ def _best_change(
     new, new_algos = solver.timer.evaluate(workloads, firsts, solver.top_degree, 1)
     new = new[:, 0].reshape(-1, 2)
     new_algos = new_algos[:, 0].reshape(-1, 2)
-    # The slowest of the other groups bounds the round whatever the change.
-    rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
     values = np.maximum(new.max(axis=1), [rest[t] for t, _, _ in changes])
     best = int(np.argmin(values))
     if not values[best] < times[slow] * (1 - _IMPROVEMENT_RTOL):

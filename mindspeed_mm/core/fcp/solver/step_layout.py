@@ -139,8 +139,11 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
         here = round_of == r
         if not here.any():
             return None
-        used, owners = np.unique(slot_of[here], return_inverse=True)
-        start = solver.evaluated(members[here], owners.astype(np.int64), int(used.size))
+        slots_here = slot_of[here]
+        # The round's groups renumbered 0, 1, ... in slot order.
+        used = np.bincount(slots_here, minlength=slots) > 0
+        owners = (np.cumsum(used) - 1)[slots_here]
+        start = solver.evaluated(members[here], owners, int(np.count_nonzero(used)))
         if start is None:
             return None
         starts.append(start)
