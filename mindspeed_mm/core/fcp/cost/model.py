@@ -22,7 +22,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
 from mindspeed_mm.core.fcp.cost.presets import preset_table
-from mindspeed_mm.core.fcp.cost.ring import RingTimer
+from mindspeed_mm.core.fcp.cost.ring import RingDegreeTerms, RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
 from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
@@ -61,6 +61,7 @@ class CostModel:
         tm = table.time
         self._ring = RingTimer(self.coefficients,
                                CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers, tm.p2p_by_group_size_ms))
+        self._ring_table: RingDegreeTerms | None = None
         self._ulysses = UlyssesTimer(self.coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms,
                                                                   layers, tm.all_to_all_by_group_size_ms))
 
@@ -199,8 +200,24 @@ class CostModel:
     def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str) -> np.ndarray:
         """Times [K, W] of one algo, memory not checked."""
         if algo == "ring":
-            return self._ring.times(columns, self._ring.terms(d_int))
+            return self._ring.times(columns, self._ring_terms(d_int))
         return self._ulysses.times(columns, d_int)
+
+    def _ring_terms(self, d_int: np.ndarray) -> RingDegreeTerms:
+        """The ring's degree terms of a degree matrix, gathered from a table of every degree up to the
+        largest asked so far (built once, doubled when outgrown)."""
+        top = int(d_int.max()) if d_int.size else 1
+        table = self._ring_table
+        if table is None or top >= table.degrees.size:
+            size = max(top + 1, 2 * (0 if table is None else table.degrees.size), 64)
+            with np.errstate(divide="ignore"):  # degree 0 pads the table; it is never read
+                table = self._ring.terms(np.arange(size, dtype=np.int64))
+            self._ring_table = table
+        return RingDegreeTerms(
+            table.inv[d_int], table.hops[d_int], table.spans[d_int],
+            None if table.p2p_base is None else table.p2p_base[d_int],
+            None if table.p2p_slope_inv is None else table.p2p_slope_inv[d_int],
+            d_int)
 
     def _mask_memory(self, columns: WorkloadColumns, d_int: np.ndarray, times: np.ndarray) -> None:
         """Set inf where the group's ranks cannot hold the batch (d x capacity < tokens)."""

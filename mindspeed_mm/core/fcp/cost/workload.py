@@ -76,11 +76,10 @@ class WorkloadColumns:
 
     def group_sums(self, members: np.ndarray, owners: np.ndarray, groups: int) -> "WorkloadColumns":
         """Columns of `groups` packed batches: workload members[j] belongs to batch owners[j]."""
-        rows = self.values[members]
-        sums = np.empty((groups, 4))
-        for column in range(4):
-            sums[:, column] = np.bincount(owners, weights=rows[:, column], minlength=groups)
-        return WorkloadColumns(sums)
+        # One bincount over (batch, aggregate) cells: cell 4 * owner + column.
+        cells = (owners[:, None] * 4 + np.arange(4)).ravel()
+        sums = np.bincount(cells, weights=self.values[members].ravel(), minlength=4 * groups)
+        return WorkloadColumns(sums.reshape(groups, 4))
 
     def workload(self, k: int) -> GroupWorkload:
         """Workload k as a `GroupWorkload`."""

@@ -32,6 +32,7 @@ class SampleWorkloads:
             columns(lengths, patches) if columns is not None and hasattr(cost, "best_time_table") else None)
         """Per-sample columns, when the cost model answers queries on columns; else None."""
         self._single: dict[int, Any] = {}
+        self._total: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._lengths)
@@ -78,6 +79,18 @@ class SampleWorkloads:
             batch = [i for i in groups[row] if i != out_sample] + ([in_sample] if in_sample >= 0 else [])
             changed.append(batch)
         return self.groups(changed)[0]
+
+    def outside(self, left_out: np.ndarray) -> Any:
+        """Workloads of packed batches, as `GroupTimer.evaluate` takes them: batch k holds every sample i
+        with left_out[k, i] False (a bool [K, samples] matrix)."""
+        if self.columns is not None:
+            # The whole batch minus the samples left out: sums of integers, exact in float64.
+            if self._total is None:
+                self._total = self.columns.values.sum(axis=0)
+            rows, members = np.nonzero(left_out)
+            return WorkloadColumns(self._total - self.columns.group_sums(members, rows, left_out.shape[0]).values)
+        rows, members = np.nonzero(~left_out)
+        return self.assigned(members, rows, left_out.shape[0])[0]
 
     def assigned(self, members: np.ndarray, owners: np.ndarray, count: int) -> tuple[Any, np.ndarray]:
         """Like `groups`, for `count` batches given as sample members[j] in batch owners[j]."""

@@ -153,6 +153,8 @@ class RoundSolver:
         self.limits = limits
         self._known: dict[tuple[int, ...], _Group] = {}
         self._twin: GroupTimer | None = None
+        self.length_array = np.asarray(facts.lengths, dtype=np.int64)
+        """The samples' LLM tokens as an array."""
         self.min_degrees = np.asarray(facts.min_degrees, dtype=np.int64)
         self.device_ms = np.asarray(facts.device_ms, dtype=np.float64)
         self._marginal: dict[int, list[float]] = {}
@@ -202,8 +204,9 @@ class RoundSolver:
     def whole_batch_ms(self) -> tuple[np.ndarray, np.ndarray]:
         """(T(whole batch, d), T(empty batch, d)) for d = 1 .. top degree, memory ignored (memoised)."""
         if self._whole is None:
-            members = np.arange(len(self.lengths), dtype=np.int64)
-            workloads, _ = self.facts.workloads.assigned(members, np.zeros(members.size, dtype=np.int64), 2)
+            left_out = np.zeros((2, len(self.lengths)), dtype=bool)
+            left_out[1] = True
+            workloads = self.facts.workloads.outside(left_out)
             times, _ = self.memory_free_timer().evaluate(workloads, [1, 1], self.top_degree, self.top_degree)
             self._whole = (times[0], times[1])
         return self._whole

@@ -61,7 +61,7 @@ def own_groups(solver: RoundSolver, degree: int, balanced: float, rounds: int) -
         mins, np.ceil(solver.device_ms / balanced).astype(np.int64))
     mask = need > degree
     widths = np.minimum(need[mask], solver.top_degree)
-    rest_tokens = int(np.asarray(solver.lengths)[~mask].sum()) if (~mask).any() else 0
+    rest_tokens = int(solver.length_array[~mask].sum()) if not mask.all() else 0
     rest_ranks = max(degree, -(-rest_tokens // solver.capacity_tokens)) if rest_tokens else 0
     budget = rounds * solver.num_ranks - rest_ranks
     if widths.sum() > budget:
@@ -84,8 +84,7 @@ def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: l
         return [float(empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (rounds * solver.num_ranks / d))
                 if rounds * solver.num_ranks >= d else float("inf") for d in degrees]
     # Group k < len(degrees): the samples outside apart[k]; the last group: empty.
-    rows, members = np.nonzero(~np.stack(apart))
-    workloads, _ = solver.facts.workloads.assigned(members, rows, len(degrees) + 1)
+    workloads = solver.facts.workloads.outside(np.stack([*apart, np.ones(len(solver.lengths), dtype=bool)]))
     top = max(degrees)
     times, _ = solver.memory_free_timer().evaluate(workloads, [1] * (len(degrees) + 1), top, top)
     empty = times[-1]
@@ -154,16 +153,17 @@ def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, 
     """Round of every filled group: slowest first (ties: lowest index), each to the first round with
     ranks left for its nominal width, else to the round with the most ranks left (the groups' real
     minimum degrees, checked when the round is evaluated, are often below their nominal widths)."""
-    round_of = np.full(load.size, -1, dtype=np.int64)
+    round_of = [-1] * load.size
     room = [num_ranks] * rounds
     order = np.lexsort((np.arange(load.size), -load))
     for slot in order[filled[order]].tolist():
-        r = _first_with_room(room, widths[slot])
+        width = widths[slot]
+        r = _first_with_room(room, width)
         if r < 0:
             r = max(range(rounds), key=lambda r: (room[r], -r))
         round_of[slot] = r
-        room[r] -= widths[slot]
-    return round_of
+        room[r] -= width
+    return np.array(round_of, dtype=np.int64)
 
 
 def _first_with_room(room: list[int], width: int) -> int:
