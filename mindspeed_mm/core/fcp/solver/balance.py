@@ -4,8 +4,8 @@ with the least load among those with room for it (ties: lowest bin index).
 Shared by the round spread and the groupings of a round. Two heaps keep it O(log bins) per step:
 bins with room for the current item sit in a heap by load; a bin found without room moves to a heap
 by room, and moves back as soon as an item small enough arrives. A bin without room for any remaining
-item is dropped for good. Every bin with room for the current item is in the load heap, so the choice
-is exact.
+item is dropped for good once found without room. Every bin with room for the current item is in the
+load heap, so the choice is exact.
 """
 from __future__ import annotations
 
@@ -38,31 +38,30 @@ def least_loaded_assignment(
     heapq.heapify(by_load)
     by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
     # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
-    # nothing when items may overflow). Bins with less are dropped for good.
+    # nothing when items may overflow). Bins with less are dropped for good when found without room.
     order_sizes = [sizes[i] for i in order]
     if overflow or not order:
-        useful = [-(1 << 62)] * (len(order) + 1)
+        useful = [-(1 << 62)] * len(order)
     else:
-        useful = list(accumulate(reversed(order_sizes), min))[::-1] + [1 << 62]
-    out = [0] * len(order)
+        useful = list(accumulate(reversed(order_sizes), min))[::-1]
+    out = []
+    append = out.append
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for pos, (i, size) in enumerate(zip(order, order_sizes)):
+    for pos, i in enumerate(order):
+        size = order_sizes[pos]
         while by_room and -by_room[0][0] >= size:
             b = heappop(by_room)[1]
             heappush(by_load, (load[b], b))
         if by_load:
             least, b = by_load[0]
-            if room[b] >= size:
+            left = room[b] - size
+            if left >= 0:
                 # Common case: the least-loaded bin has room (heap entries always hold current loads).
-                left = room[b] - size
                 room[b] = left
                 least += weights[i] * scale[b]
                 load[b] = least
-                out[pos] = b
-                if left >= useful[pos + 1]:
-                    heapreplace(by_load, (least, b))
-                else:
-                    heappop(by_load)
+                append(b)
+                heapreplace(by_load, (least, b))
                 continue
         chosen = -1
         while by_load:
@@ -81,14 +80,11 @@ def least_loaded_assignment(
             by_room = [entry for entry in by_room if entry[1] != chosen]
             heapq.heapify(by_load)
             heapq.heapify(by_room)
-        out[pos] = chosen
+        append(chosen)
         load[chosen] += weights[i] * scale[chosen]
         room[chosen] -= size
         if by_load and by_load[0][1] == chosen:
-            if room[chosen] >= useful[pos + 1]:
-                heapreplace(by_load, (load[chosen], chosen))
-            else:
-                heappop(by_load)
-        elif room[chosen] >= useful[pos + 1]:
+            heapreplace(by_load, (load[chosen], chosen))
+        else:
             heappush(by_load, (load[chosen], chosen))
     return out

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -64,17 +64,23 @@ def step_lower_bound(
 ) -> float:
     """max(work bound, longest-sample bound) for one step; see the module docstring."""
     twin = GroupTimer(unlimited_memory_twin(cost), 1)
-    if isinstance(sample_workloads, SampleWorkloads):
-        count = len(sample_workloads)
-        # The whole batch as one group, and an empty group.
-        batches, _ = sample_workloads.assigned(np.arange(count), np.zeros(count, dtype=np.int64), 2)
-    else:
-        batches = [cost.workload(lengths, patches), cost.workload([])]
-    whole, fixed = twin.evaluate(batches, [1, 1], 1, 1)[0][:, 0].tolist()
-    work = (min_rounds * fixed + whole - fixed) / num_ranks
+    times, _ = twin.evaluate([cost.workload(lengths, patches), cost.workload([])], [1, 1], 1, 1)
+    whole_ms, empty_ms = times[:, 0].tolist()
+    return max(work_bound(whole_ms, empty_ms, num_ranks, min_rounds),
+               longest_sample_bound(cost, sample_workloads, lengths, patches, timer))
 
+
+def work_bound(whole_ms: float, empty_ms: float, num_ranks: int, min_rounds: int) -> float:
+    """The work bound from T(V, 1) and F = T({}, 1) of the memory-free model (module docstring)."""
+    return (min_rounds * empty_ms + whole_ms - empty_ms) / num_ranks
+
+
+def longest_sample_bound(
+    cost: "CostModel", sample_workloads: Sequence[Any], lengths: Sequence[int], patches: Sequence[int] | None,
+    timer: GroupTimer,
+) -> float:
+    """The longest-sample bound (module docstring), over the samples not dominated in (length, patches)."""
     front = undominated_samples(lengths, patches)
     times, _ = timer.evaluate([sample_workloads[i] for i in front], [cost.min_degree(lengths[i]) for i in front],
                               timer.max_degree)
-    longest = float(times.min(axis=1).max())
-    return max(work, longest)
+    return float(times.min(axis=1).max())

@@ -24,7 +24,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
+from mindspeed_mm.core.fcp.solver.lower_bound import longest_sample_bound, work_bound
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
@@ -84,15 +84,21 @@ def plan_batch(
     timer = GroupTimer(cost, max_degree)
     facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
-    lower_bound = step_lower_bound(cost, workloads, lengths, patch_list, timer, n_ranks, fewest_rounds)
 
     top = min(max_degree, n_ranks)
-    if len(lengths) * n_ranks <= _SMALL_PROBLEM:
-        solver = RoundSolver(facts, timer, capacity, n_ranks, replace(_THOROUGH, uniform_degrees=tuple(range(2, top + 1))))
+    thorough = len(lengths) * n_ranks <= _SMALL_PROBLEM
+    if thorough:
+        limits = replace(_THOROUGH, uniform_degrees=tuple(range(2, top + 1)))
+    else:
+        limits = replace(_LEAN, uniform_degrees=tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length())))
+    solver = RoundSolver(facts, timer, capacity, n_ranks, limits)
+    # The work bound's T(whole batch, 1) and T({}, 1) are the memory-free batch times the search uses too.
+    whole, empty = solver.whole_batch_ms()
+    lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds),
+                      longest_sample_bound(cost, workloads, lengths, patch_list, timer))
+    if thorough:
         best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3)
     else:
-        sizes = tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length()))
-        solver = RoundSolver(facts, timer, capacity, n_ranks, replace(_LEAN, uniform_degrees=sizes))
         best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound)
 
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node) for choice in best)

@@ -3,8 +3,9 @@
 The round's groups keep their optimal degrees; one step takes the change that shortens the round
 most -- a short sample of the slowest group moves to one of the fastest groups, or swaps with one of
 their short samples (a fine step when the groups are already well balanced) -- and stops when none
-does, or when none could save more than the limits' `polish_min_gain` share of the round (no step can
-bring the round below the next slowest group). All candidate changes of a step are timed in one cost-model query, from the groups' workloads
+does, or when what the steps left could save is below the limits' `polish_min_gain` share of the
+round (each step relieves the slowest group, so with k steps left the k + 1-th slowest group bounds
+the round, unless a fast group that takes a sample becomes that slow). All candidate changes of a step are timed in one cost-model query, from the groups' workloads
 adjusted by the samples that leave and join.
 """
 from __future__ import annotations
@@ -29,8 +30,8 @@ def polish_round(solver: RoundSolver, start: RoundStart, moves: int) -> RoundCho
     degrees = (start.min_degrees + extra).tolist()
     times = start.times[rows, extra].tolist()
     algos = start.algos[rows, extra].tolist()
-    for _ in range(moves):
-        change = _best_change(solver, members, degrees, times)
+    for left in range(moves, 0, -1):
+        change = _best_change(solver, members, degrees, times, left)
         if change is None:
             break
         slow, target, out_of_slow, out_of_target, slow_time, target_time, slow_algo, target_algo = change
@@ -47,22 +48,25 @@ def polish_round(solver: RoundSolver, start: RoundStart, moves: int) -> RoundCho
 
 
 def _best_change(
-    solver: RoundSolver, members: list[list[int]], degrees: list[int], times: list[float]
+    solver: RoundSolver, members: list[list[int]], degrees: list[int], times: list[float], moves_left: int
 ) -> tuple[int, int, int, int, float, float, int, int] | None:
     """The change that shortens the round most, degrees kept: one sample (among the `max_movers`
     shortest) of the slowest group moves to one of the `max_targets` fastest groups, or swaps with one
     of that group's `max_movers` shortest samples. Returns (slowest group, target group, sample out of
     the slowest, sample out of the target (-1: none), their new times and algos); None when no change
-    shortens the round, or none could by more than `polish_min_gain` of it."""
+    shortens the round, or when the `moves_left` slowest groups are all within `polish_min_gain` of the
+    next one (each step relieves one slowest group, so the steps left could gain about that much)."""
     limits = solver.limits
     order = sorted(range(len(times)), key=lambda k: (-times[k], k))
     slow = order[0]
     targets = order[:0:-1][: limits.max_targets]
     if len(members[slow]) < 2 or not targets:
         return None
+    if times[slow] - times[order[min(moves_left, len(order) - 1)]] <= limits.polish_min_gain * times[slow]:
+        return None
     # The slowest of the other groups bounds the round whatever the change.
     rest = {t: next((times[k] for k in order[1:] if k != t), 0.0) for t in targets}
-    if min(rest.values()) >= times[slow] * (1 - max(limits.polish_min_gain, _IMPROVEMENT_RTOL)):
+    if min(rest.values()) >= times[slow] * (1 - _IMPROVEMENT_RTOL):
         return None
 
     def shortest(k: int) -> list[int]:
