@@ -54,6 +54,13 @@ class SampleWorkloads:
             return self.columns
         return [self[i] for i in range(len(self._lengths))]
 
+    def singles_and_empty(self) -> Any:
+        """The workloads of every sample alone, in order, then of an empty batch, as
+        `GroupTimer.evaluate` takes them."""
+        if self.columns is not None:
+            return WorkloadColumns(np.concatenate([self.columns.values, np.zeros((1, 4))]))
+        return [self[i] for i in range(len(self._lengths))] + [self._cost.workload([])]
+
     def groups(self, groups: Sequence[Sequence[int]]) -> tuple[Any, np.ndarray]:
         """(the workloads of packed batches of samples, as `GroupTimer.evaluate` takes them, and
         their LLM tokens)."""

@@ -9,8 +9,8 @@ best-improvement local search. Larger ones get the lean one (`_lean_rounds`): un
 groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
 it cannot win, for the fewest rounds and then one more round at a time while that does better; then
 a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
-plan is already within `_GOOD_ENOUGH` of the lower bound or the round's slowest group is within
-`polish_min_gain` of the next one.
+plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
+groups that the moves left could relieve are within `polish_min_gain` of the next one.
 """
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ logger = logging.getLogger(__name__)
 _SMALL_PROBLEM = 256
 _THOROUGH = SearchLimits(uniform_degrees=(), bin_fractions=(1.0, 0.75, 0.5), packing_starts=True, max_moves=64,
                          max_evaluations=1 << 30, max_targets=1 << 30, max_movers=1 << 30, first_improvement=False)
-# The polish only tries steps that could save more than 0.01% of a round: most rounds leave the
-# degree split balanced closer than that, and finer steps are far below the cost model's accuracy.
+# The polish stops once its steps left could save no more than 0.02% of a round: the degree split
+# leaves most rounds balanced closer than that, and finer steps are far below the cost model's accuracy.
 _LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=3, max_evaluations=0,
-                     max_targets=2, max_movers=3, first_improvement=True, polish_min_gain=1e-4)
+                     max_targets=2, max_movers=3, first_improvement=True, polish_min_gain=2e-4)
 # Lean search: round counts tried beyond the memory bound at most, and the plan / lower bound ratio
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
@@ -240,11 +240,10 @@ def _no_plan(limit: int, n_ranks: int, capacity: int) -> ValueError:
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int) -> tuple[RoundPlan, int]:
     placement = place_groups([g.degree for g in choice.groups], n_ranks, ranks_per_node)
-    groups = sorted(
-        (GroupPlan(tuple(range(start, start + g.degree)), g.degree, g.algo, g.samples, g.predicted_ms)
-         for g, start in zip(choice.groups, placement.starts)),
-        key=lambda g: g.ranks[0],
-    )
+    groups = []
+    for start, k in sorted(zip(placement.starts, range(len(choice.groups)))):  # by first rank
+        g = choice.groups[k]
+        groups.append(GroupPlan(tuple(range(start, start + g.degree)), g.degree, g.algo, g.samples, g.predicted_ms))
     return RoundPlan(tuple(groups), choice.makespan), placement.straddling
 
 

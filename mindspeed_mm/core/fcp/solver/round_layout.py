@@ -58,8 +58,9 @@ class SearchLimits:
     first_improvement: bool
     """Local search: take the first improving move instead of the best one."""
     polish_min_gain: float = 0.0
-    """Polish: a step is tried only when it could shorten the round by more than this fraction of it
-    (the gap between the slowest group and the next one bounds what one step can gain)."""
+    """Polish: it stops once the k slowest groups are within this fraction of the round of the
+    k + 1-th slowest, k the steps left (each step relieves one slowest group, so about that much is
+    left to gain)."""
 
 
 @dataclass(frozen=True)
@@ -216,11 +217,9 @@ class RoundSolver:
         ignored), memoised per degree."""
         found = self._marginal.get(degree)
         if found is None:
-            workloads = self.facts.workloads
-            count = len(workloads)
-            members = np.arange(count, dtype=np.int64)
+            count = len(self.facts.workloads)
             # One group per sample plus an empty one.
-            batches, _ = workloads.assigned(members, members, count + 1)
+            batches = self.facts.workloads.singles_and_empty()
             times, _ = self.memory_free_timer().evaluate(batches, [degree] * (count + 1), degree, 1)
             found = (times[:count, 0] - times[count, 0]).tolist()
             self._marginal[degree] = found

@@ -30,6 +30,7 @@ def polish_round(solver: RoundSolver, start: RoundStart, moves: int) -> RoundCho
     degrees = (start.min_degrees + extra).tolist()
     times = start.times[rows, extra].tolist()
     algos = start.algos[rows, extra].tolist()
+    changed: set[int] = set()
     for left in range(moves, 0, -1):
         change = _best_change(solver, members, degrees, times, left)
         if change is None:
@@ -42,8 +43,11 @@ def polish_round(solver: RoundSolver, start: RoundStart, moves: int) -> RoundCho
             members[slow].append(out_of_target)
         times[slow], times[target] = slow_time, target_time
         algos[slow], algos[target] = slow_algo, target_algo
+        changed.update((slow, target))
     names = solver.timer.cost.algos
-    chosen = [GroupChoice(tuple(sorted(m)), d, names[a], t) for m, d, a, t in zip(members, degrees, algos, times)]
+    # The start's groups come as ascending tuples; only the changed ones need sorting again.
+    samples = [tuple(sorted(members[k])) if k in changed else g for k, g in enumerate(grouping)]
+    chosen = [GroupChoice(s, d, names[a], t) for s, d, a, t in zip(samples, degrees, algos, times)]
     return RoundChoice(tuple(sorted(chosen, key=lambda c: c.samples)), max(times))
 
 
