@@ -24,13 +24,18 @@ class SampleWorkloads:
     """The workload of each sample alone (by index, memoised) and of groups of samples."""
 
     def __init__(self, cost: "CostModel", lengths: Sequence[int], patches: Sequence[int] | None) -> None:
+        """`lengths` and `patches` may be lists or int arrays (arrays spare the cost model a conversion)."""
         self._cost = cost
-        self._lengths = lengths
-        self._patches = patches
         columns = getattr(cost, "workload_columns", None)
         self.columns: WorkloadColumns | None = (
             columns(lengths, patches) if columns is not None and hasattr(cost, "best_time_table") else None)
         """Per-sample columns, when the cost model answers queries on columns; else None."""
+        if self.columns is None:
+            # Plain ints for the per-workload calls.
+            lengths = [int(x) for x in lengths]
+            patches = None if patches is None else [int(x) for x in patches]
+        self._lengths = lengths
+        self._patches = patches
         self._single: dict[int, Any] = {}
         self._total: np.ndarray | None = None
 

@@ -69,7 +69,8 @@ def plan_batch(
     length_arr = _checked_counts(lengths, "length", 1)
     if patches is not None and len(patches) != len(length_arr):
         raise ValueError(f"patches has {len(patches)} entries for {len(length_arr)} samples")
-    patch_list = None if patches is None else _checked_counts(patches, "patches", 0).tolist()
+    patch_arr = None if patches is None else _checked_counts(patches, "patches", 0)
+    patch_list = None if patch_arr is None else patch_arr.tolist()
     lengths = length_arr.tolist()
     n_ranks = config.num_ranks
     max_degree = config.degree_limit
@@ -80,7 +81,7 @@ def plan_batch(
         i = int(too_wide[0])
         raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
 
-    workloads = SampleWorkloads(cost, lengths, patch_list)
+    workloads = SampleWorkloads(cost, length_arr, patch_arr)
     timer = GroupTimer(cost, max_degree)
     facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
@@ -95,7 +96,7 @@ def plan_batch(
     # The work bound's T(whole batch, 1) and T({}, 1) are the memory-free batch times the search uses too.
     whole, empty = solver.whole_batch_ms()
     lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds),
-                      longest_sample_bound(cost, workloads, lengths, patch_list, timer))
+                      longest_sample_bound(cost, workloads, length_arr, patch_arr, timer))
     if thorough:
         best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3)
     else:

@@ -158,7 +158,7 @@ class RoundSolver:
         """The samples' LLM tokens as an array."""
         self.min_degrees = np.asarray(facts.min_degrees, dtype=np.int64)
         self.device_ms = np.asarray(facts.device_ms, dtype=np.float64)
-        self._marginal: dict[int, list[float]] = {}
+        self._marginal: dict[int, tuple[list[float], np.ndarray]] = {}
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
         ids = np.arange(len(facts.lengths), dtype=np.int64)
         self.all_by_work = ids[np.lexsort((ids, -self.device_ms))]
@@ -215,13 +215,21 @@ class RoundSolver:
     def marginal_ms(self, degree: int) -> list[float]:
         """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory
         ignored), memoised per degree."""
+        return self._marginals(degree)[0]
+
+    def marginal_array(self, degree: int) -> np.ndarray:
+        """`marginal_ms` as an array."""
+        return self._marginals(degree)[1]
+
+    def _marginals(self, degree: int) -> tuple[list[float], np.ndarray]:
         found = self._marginal.get(degree)
         if found is None:
             count = len(self.facts.workloads)
             # One group per sample plus an empty one.
             batches = self.facts.workloads.singles_and_empty()
-            times, _ = self.memory_free_timer().evaluate(batches, [degree] * (count + 1), degree, 1)
-            found = (times[:count, 0] - times[count, 0]).tolist()
+            times, _ = self.memory_free_timer().evaluate(batches, np.full(count + 1, degree), degree, 1)
+            values = times[:count, 0] - times[count, 0]
+            found = (values.tolist(), values)
             self._marginal[degree] = found
         return found
 

@@ -110,7 +110,8 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     mask, own_ranks = own_groups(solver, degree, balanced, rounds)
     wide = mask[by_work]
     own = by_work[wide]
-    rest = by_work[~wide].tolist()
+    rest_ids = by_work[~wide]
+    rest = rest_ids.tolist()
     # own_groups lists the ranks in sample order; here the samples go in `by_work` order.
     ranks_of = np.zeros(len(lengths), dtype=np.int64)
     ranks_of[mask] = own_ranks
@@ -119,6 +120,7 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     if uniform < 0 or (rest and uniform == 0):
         return None
     weights = solver.marginal_ms(degree)
+    weight_array = solver.marginal_array(degree)
     rooms = [w * capacity - lengths[i] for w, i in zip(widths, own.tolist())] + [degree * capacity] * uniform
     loads = [float(solver.device_ms[i]) / w for w, i in zip(widths, own.tolist())] + [0.0] * uniform
     scales = [degree / w for w in widths] + [1.0] * uniform
@@ -127,11 +129,11 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
         return None
     widths += [degree] * uniform
     slots = len(widths)
-    members = np.concatenate([own, np.asarray(rest, dtype=np.int64)])
-    slot_of = np.concatenate([np.arange(len(own)), np.asarray(chosen, dtype=np.int64)])
+    members = np.concatenate([own, rest_ids])
+    slot_of = np.concatenate([np.arange(len(own)), np.fromiter(chosen, dtype=np.int64, count=len(chosen))])
     load = np.asarray(loads)
     if rest:
-        load += np.bincount(slot_of[len(own):], weights=np.asarray(weights)[rest], minlength=slots) * np.asarray(scales)
+        load += np.bincount(slot_of[len(own):], weights=weight_array[rest_ids], minlength=slots) * np.asarray(scales)
     round_of = _deal(load, widths, np.bincount(slot_of, minlength=slots) > 0, rounds, solver.num_ranks)[slot_of]
     starts = []
     for r in range(rounds):
