@@ -91,7 +91,8 @@ def plan_batch(
     if thorough:
         limits = replace(_THOROUGH, uniform_degrees=tuple(range(2, top + 1)))
     else:
-        limits = replace(_LEAN, uniform_degrees=tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length())))
+        sizes = tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length()))
+        limits = replace(_LEAN, uniform_degrees=sizes)
     solver = RoundSolver(facts, timer, capacity, n_ranks, limits)
     # The work bound's T(whole batch, 1) and T({}, 1) are the memory-free batch times the search uses too.
     whole, empty = solver.whole_batch_ms()

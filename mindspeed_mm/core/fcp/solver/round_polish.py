@@ -5,8 +5,9 @@ most -- a short sample of the slowest group moves to one of the fastest groups, 
 their short samples (a fine step when the groups are already well balanced) -- and stops when none
 does, or when what the steps left could save is below the limits' `polish_min_gain` share of the
 round (each step relieves the slowest group, so with k steps left the k + 1-th slowest group bounds
-the round, unless a fast group that takes a sample becomes that slow). All candidate changes of a step are timed in one cost-model query, from the groups' workloads
-adjusted by the samples that leave and join.
+the round, unless a fast group that takes a sample becomes that slow). All candidate changes of a
+step are timed in one cost-model query, from the groups' workloads adjusted by the samples that
+leave and join.
 """
 from __future__ import annotations
 
