@@ -92,17 +92,22 @@ class SampleWorkloads:
             changed.append(batch)
         return self.groups(changed)[0]
 
-    def outside(self, left_out: np.ndarray) -> Any:
+    def outside(self, left_out: np.ndarray, alone: np.ndarray | None = None) -> Any:
         """Workloads of packed batches, as `GroupTimer.evaluate` takes them: batch k holds every sample i
-        with left_out[k, i] False (a bool [K, samples] matrix)."""
+        with left_out[k, i] False (a bool [K, samples] matrix); then, if given, each sample of `alone`
+        by itself."""
         if self.columns is not None:
             # The whole batch minus the samples left out: sums of integers, exact in float64.
             if self._total is None:
                 self._total = self.columns.values.sum(axis=0)
             rows, members = np.nonzero(left_out)
-            return WorkloadColumns(self._total - self.columns.group_sums(members, rows, left_out.shape[0]).values)
+            values = self._total - self.columns.group_sums(members, rows, left_out.shape[0]).values
+            if alone is not None:
+                values = np.concatenate([values, self.columns.values[alone]])
+            return WorkloadColumns(values)
         rows, members = np.nonzero(~left_out)
-        return self.assigned(members, rows, left_out.shape[0])[0]
+        batches = list(self.assigned(members, rows, left_out.shape[0])[0])
+        return batches + ([] if alone is None else [self[i] for i in alone.tolist()])
 
     def assigned(self, members: np.ndarray, owners: np.ndarray, count: int) -> tuple[Any, np.ndarray]:
         """Like `groups`, for `count` batches given as sample members[j] in batch owners[j]."""

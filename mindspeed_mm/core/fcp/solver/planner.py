@@ -24,7 +24,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.lower_bound import longest_sample_bound, work_bound
+from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
@@ -94,10 +94,11 @@ def plan_batch(
         sizes = tuple(1 << k for k in range(min(top, config.ranks_per_node).bit_length()))
         limits = replace(_LEAN, uniform_degrees=sizes)
     solver = RoundSolver(facts, timer, capacity, n_ranks, limits)
-    # The work bound's T(whole batch, 1) and T({}, 1) are the memory-free batch times the search uses too.
+    # The lower bound (see `lower_bound`) from the memory-free times the search uses too: the longest
+    # sample's best time, queried with T(whole batch, d) and T({}, d), which give the work bound.
+    longest = float(solver.alone_best_ms(undominated_samples(length_arr, patch_arr)).max())
     whole, empty = solver.whole_batch_ms()
-    lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds),
-                      longest_sample_bound(cost, workloads, length_arr, patch_arr, timer))
+    lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
     if thorough:
         best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3)
     else:

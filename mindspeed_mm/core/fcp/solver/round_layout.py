@@ -205,12 +205,30 @@ class RoundSolver:
     def whole_batch_ms(self) -> tuple[np.ndarray, np.ndarray]:
         """(T(whole batch, d), T(empty batch, d)) for d = 1 .. top degree, memory ignored (memoised)."""
         if self._whole is None:
-            left_out = np.zeros((2, len(self.lengths)), dtype=bool)
-            left_out[1] = True
-            workloads = self.facts.workloads.outside(left_out)
-            times, _ = self.memory_free_timer().evaluate(workloads, [1, 1], self.top_degree, self.top_degree)
-            self._whole = (times[0], times[1])
+            self._batch_times([])
+        assert self._whole is not None
         return self._whole
+
+    def alone_best_ms(self, samples: Sequence[int]) -> np.ndarray:
+        """Per sample of `samples`: its shortest time alone over its minimum degree .. the top degree
+        (memory ignored: the sample fits on those degrees anyway). Asked before `whole_batch_ms`, it
+        shares that query."""
+        return self._batch_times(samples).min(axis=1)
+
+    def _batch_times(self, alone: Sequence[int]) -> np.ndarray:
+        """One memory-free query of the samples of `alone` each on its minimum degree .. top degree
+        (the rows returned, inf beyond the top degree), with the whole and the empty batch on degrees
+        1 .. top when `whole_batch_ms` is not memoised yet."""
+        ids = np.asarray(alone, dtype=np.int64)
+        batches = 0 if self._whole is not None else 2
+        left_out = np.zeros((batches, len(self.lengths)), dtype=bool)
+        left_out[1:] = True
+        workloads = self.facts.workloads.outside(left_out, alone=ids)
+        firsts = np.concatenate([np.ones(batches, dtype=np.int64), self.min_degrees[ids]])
+        times, _ = self.memory_free_timer().evaluate(workloads, firsts, self.top_degree, self.top_degree)
+        if batches:
+            self._whole = (times[0], times[1])
+        return times[batches:]
 
     def marginal_ms(self, degree: int) -> list[float]:
         """Per sample: the time it adds to a group of `degree` ranks, T({i}, g) - T({}, g) (memory
