@@ -4,7 +4,8 @@ One run measures:
 1. solver time of `plan_batch`, CPU (process time: other processes on shared cores do not count) and
    wall, p50 / p99, for 512 samples on 64 ranks and 4096 samples on 1024 ranks, with OpenVid /
    InternVid-like batches (vision patches included) on the Qwen3-VL-8B Atlas A3 preset, the share of
-   that time spent inside cost-model calls, and predicted step time / lower bound of those plans;
+   that time spent inside cost-model calls, the mean number of those calls (the memory-limited model
+   and its memory-free copy together), and predicted step time / lower bound of those plans;
 2. on the same batches, FCP's predicted step time against every baseline strategy (static degrees
    fixed for the run from its longest sample, as a static launch would be);
 3. on random small instances (up to 10 samples, up to 8 ranks), the exact model's solve time and the
@@ -202,7 +203,7 @@ def main() -> None:
             target = TARGETS_MS[(samples, ranks)]
             print(f"{dataset:<10} {f'{samples}x{ranks}':>10} {batches:>3} {_pct(r.cpu_ms, 50):>8.1f} "
                   f"{_pct(r.cpu_ms, 99):>8.1f} {_pct(r.wall_ms, 50):>8.1f} {_pct(r.wall_ms, 99):>8.1f} "
-                  f"{target:>6.0f} {100 * np.mean(r.cost_share):>5.0f}% {int(np.mean(r.cost_calls)):>5} "
+                  f"{target:>6.0f} {100 * np.mean(r.cost_share):>5.0f}% {np.mean(r.cost_calls):>5.1f} "
                   f"{min(r.rounds)}-{max(r.rounds):<3} {np.mean(r.ratios):>7.3f} {max(r.ratios):>6.3f}")
 
     print("\n2. FCP against the baselines on the same batches: baseline step time / FCP step time "

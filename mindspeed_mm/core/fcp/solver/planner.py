@@ -112,7 +112,7 @@ def plan_batch(
         lower_bound_ms=float(lower_bound),
         solver_ms=(time.perf_counter() - started) * 1e3,
         num_ranks=n_ranks,
-        extras={"cross_node_groups": straddling, "cost_calls": timer.cost_calls},
+        extras={"cross_node_groups": straddling, "cost_calls": solver.cost_calls},
     )
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)

@@ -196,6 +196,11 @@ class RoundSolver:
         packed = self._uniform_packing(self.by_work(sample_ids), degree)
         return None if packed is None else self.evaluated(*packed)
 
+    @property
+    def cost_calls(self) -> int:
+        """Cost-model queries so far, of the shared timer and of the memory-free one."""
+        return self.timer.cost_calls + (0 if self._twin is None else self._twin.cost_calls)
+
     def memory_free_timer(self) -> GroupTimer:
         """Times on the cost model without its memory limit."""
         if self._twin is None:
