@@ -12,7 +12,12 @@ import pytest
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable, ProfileTableError
 from mindspeed_mm.core.fcp.profiler.comm import CommSamples
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
-from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements
+from mindspeed_mm.core.fcp.profiler.measure import (
+    MEMORY_PROBE_LENGTHS,
+    RankFacts,
+    RankMeasurements,
+    composition_probes,
+)
 from mindspeed_mm.core.fcp.profiler.profiling import check_writable
 from mindspeed_mm.core.fcp.profiler.table_builder import build_table
 from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan
@@ -39,9 +44,12 @@ def _samples(value: float, jitter: float = 0.0) -> tuple[float, ...]:
     return (value * (1 - jitter), value, value * (1 + jitter))
 
 
-def measurements(rank: int, p2p_busy: str) -> RankMeasurements:
-    """What one rank would measure on a host with the figures above (a little symmetric noise)."""
+def measurements(rank: int, p2p_busy: str, whole_ms: dict[tuple[int, ...], float] | None = None) -> RankMeasurements:
+    """What one rank would measure on a host with the figures above (a little symmetric noise); the whole
+    decoder takes `whole_ms` on the composition probes (default: the sum of its parts)."""
     m = RankMeasurements()
+    for probe in composition_probes(CONFIG.attention_lengths):
+        m.whole_decoder[probe] = _samples((whole_ms or PARTS_MS)[probe])
     for kind in ("causal", "full", "block"):
         for s in CONFIG.attention_lengths:
             m.attention[(kind, s)] = _samples(attention_ms(kind, s), 0.05)
@@ -72,9 +80,25 @@ def facts() -> RankFacts:
                      300_000_000, 0.05, {"attention": 1.0})
 
 
-def table_of(p2p_busy: str = "added") -> ProfileTable:
-    return build_table(CONFIG, [measurements(r, p2p_busy) for r in range(3)], [facts()] * 3,
+def table_of(p2p_busy: str = "added", whole_ms: dict[tuple[int, ...], float] | None = None) -> ProfileTable:
+    return build_table(CONFIG, [measurements(r, p2p_busy, whole_ms) for r in range(3)], [facts()] * 3,
                        {"rank_memory_bytes": 2**31, "device_name": "test cpu", "profile_seconds": 1.0})
+
+
+def _probe_name(probe: tuple[int, ...]) -> str:
+    return "+".join(map(str, probe))
+
+
+def _parts_ms() -> dict[tuple[int, ...], float]:
+    """The cost model's time of each composition probe from the timed parts alone: a table whose whole
+    decoder took 1 ms on every probe records 1 / parts as each probe's ratio."""
+    probes = composition_probes(CONFIG.attention_lengths)
+    table = table_of(whole_ms=dict.fromkeys(probes, 1.0))
+    ratios = table.provenance["composition"]["measured_over_parts_by_probe"]
+    return {probe: 1.0 / ratios[_probe_name(probe)] for probe in probes}
+
+
+PARTS_MS = _parts_ms()
 
 
 def test_every_figure_comes_from_the_measurements() -> None:
@@ -124,9 +148,12 @@ def test_noise_that_breaks_monotonicity_is_pooled() -> None:
     ranks = [measurements(r, "added") for r in range(3)]
     for m in ranks:
         m.attention[("causal", 32)] = _samples(attention_ms("causal", 16) * 0.8)
-    y = build_table(CONFIG, ranks, [facts()] * 3, {"rank_memory_bytes": 2**31}).time.attention_causal_ms.y
+    table = build_table(CONFIG, ranks, [facts()] * 3, {"rank_memory_bytes": 2**31})
+    y = table.time.attention_causal_ms.y
     assert all(b >= a for a, b in zip(y, y[1:]))
-    assert y[0] == y[1] == pytest.approx(attention_ms("causal", 16) * 0.9)
+    # (The pooled grid also moved the parts' prediction of the probes, hence the composition factor.)
+    factor = table.provenance["composition"]["factor"]
+    assert y[0] == y[1] == pytest.approx(attention_ms("causal", 16) * 0.9 * factor)
 
 
 def test_round_trip_and_the_planner_accepts_a_measured_table(tmp_path: Path) -> None:
@@ -242,3 +269,26 @@ def test_unwritable_destinations_are_refused_before_profiling(tmp_path: Path) ->
     with pytest.raises(OSError, match="is a directory"):
         check_writable(tmp_path)
     check_writable(tmp_path / "fine.json")
+
+
+def test_compute_terms_follow_the_whole_decoder_and_links_do_not() -> None:
+    parts = table_of()
+    assert parts.provenance["composition"]["factor"] == pytest.approx(1.0)
+    # The whole model is 20% slower than its parts on two probes, 10% on the third: the median wins.
+    slower = dict(zip(PARTS_MS, (1.2, 1.1, 1.2)))
+    table = table_of(whole_ms={probe: slower[probe] * ms for probe, ms in PARTS_MS.items()})
+    assert table.provenance["composition"]["factor"] == pytest.approx(1.2)
+    t, p = table.time, parts.time
+    for scaled, unscaled in ((t.attention_causal_ms, p.attention_causal_ms), (t.attention_full_ms, p.attention_full_ms),
+                             (t.attention_off_diagonal_ms, p.attention_off_diagonal_ms),
+                             (t.attention_ulysses_ms[2], p.attention_ulysses_ms[2])):
+        np.testing.assert_allclose(scaled.y, [1.2 * y for y in unscaled.y])
+    for name in ("linear_ms_per_token", "output_ms_per_token", "launch_ms"):
+        assert getattr(t, name) == pytest.approx(1.2 * getattr(p, name)), name
+    assert (t.p2p_intra_ms, t.all_to_all_intra_ms, t.comm_overlap) == (p.p2p_intra_ms, p.all_to_all_intra_ms,
+                                                                      p.comm_overlap)
+    # The scaled table predicts the probes as the whole decoder ran them (the median's probes exactly).
+    cost = CostModel(table)
+    for probe, ms in PARTS_MS.items():
+        if slower[probe] == 1.2:
+            assert float(cost.group_time_ms(cost.workload(list(probe)), 1, "ring")) == pytest.approx(1.2 * ms)

@@ -147,6 +147,8 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
         f"attention causal per layer and document (tokens:ms)  {causal}",
         f"linear {tm.linear_ms_per_token * 1e3:.2f} us/token/layer, output {tm.output_ms_per_token * 1e3:.2f} "
         f"us/token, launch {tm.launch_ms:.2f} ms, transfer overlap {tm.comm_overlap:.2f}",
+        f"whole decoder / sum of its timed parts {prov['composition']['factor']:.3f} (compute terms scaled by it)"
+        if "composition" in prov else "compute terms unscaled (no composition probes)",
         f"p2p {tm.p2p_intra_ms.y[0]:.2f}..{tm.p2p_intra_ms.y[-1]:.2f} ms, all-to-all "
         f"{tm.all_to_all_intra_ms.y[0]:.2f}..{tm.all_to_all_intra_ms.y[-1]:.2f} ms over "
         f"{int(tm.p2p_intra_ms.x[0])}..{int(tm.p2p_intra_ms.x[-1])} bytes",

@@ -7,7 +7,7 @@ training round where every rank works.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -15,8 +15,8 @@ import torch
 from mindspeed_mm.core.fcp.cost.table import ModelShape
 from mindspeed_mm.core.fcp.parallel import fcp_attention
 from mindspeed_mm.core.fcp.parallel.kernels import VarlenSegments, default_kernel_name, get_kernel
-from mindspeed_mm.core.fcp.profiler.batch import shard_inputs
-from mindspeed_mm.core.fcp.profiler.decoder import TORCH_DTYPES, Decoder, skip_core
+from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.decoder import TORCH_DTYPES, Decoder, fcp_core, skip_core
 from mindspeed_mm.core.fcp.profiler.timing import Samples, time_repeats
 
 ATTENTION_KINDS = ("causal", "full", "block")
@@ -114,6 +114,19 @@ def decoder_samples(decoder: Decoder, shape: ModelShape, tokens: int, repeats: R
             decoder(inputs, skip_core)
 
     return repeats.time(forward_backward), repeats.time(forward_only)
+
+
+def whole_decoder_samples(decoder: Decoder, shape: ModelShape, lengths: Sequence[int], repeats: Repeats,
+                          seed: int) -> Samples:
+    """Forward + backward of the whole ``decoder`` with local attention over a packed batch of ``lengths``."""
+    inputs = shard_inputs(list(lengths), shape.vocab, 0, 1, seed=seed, device=repeats.device)
+    core = fcp_core(cu_seqlens_of(lengths), None, "ring", shape.attention_mask == "causal")
+
+    def forward_backward() -> None:
+        decoder(inputs, core).backward()
+        decoder.zero_grad(set_to_none=True)
+
+    return repeats.time(forward_backward)
 
 
 def matmul_tflops(dtype: str, repeats: Repeats, size: int = 512) -> float:

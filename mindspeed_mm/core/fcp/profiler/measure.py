@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -21,6 +21,7 @@ from mindspeed_mm.core.fcp.profiler.compute import (
     attention_samples,
     decoder_samples,
     matmul_tflops,
+    whole_decoder_samples,
 )
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
@@ -28,6 +29,13 @@ from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activatio
 
 MEMORY_PROBE_LENGTHS = ((64, 32, 32), (256, 128, 128))
 """Two packed batches (document lengths) whose saved-activation difference gives bytes per token."""
+
+
+def composition_probes(attention_lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """Packed batches (document lengths) the whole decoder runs on, to check the sum of the timed parts:
+    the longest document alone, a long and a short one, and the shortest few together."""
+    lengths = sorted(attention_lengths)
+    return ((lengths[-1],), (lengths[-2], lengths[0]), tuple(lengths[:3]))
 
 Key = TypeVar("Key")
 Value = TypeVar("Value")
@@ -63,6 +71,8 @@ class RankMeasurements:
     """(layers, tokens) -> forward + backward of a decoder of that many layers without attention work."""
     decoder_forward: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
     """(layers, tokens) -> forward alone."""
+    whole_decoder: dict[tuple[int, ...], tuple[float, ...]] = field(default_factory=dict)
+    """Document lengths of a composition probe -> forward + backward of the whole decoder, local attention."""
     comm: dict[tuple[str, int, int], CommSamples] = field(default_factory=dict)
     """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
 
@@ -111,6 +121,7 @@ class RankProfiler:
         shape = config.model
         self.decoders = {layers: Decoder(dataclasses.replace(shape, layers=layers), config.dtype,
                                          config.seed).to(self.device) for layers in probe_layers(shape.layers)}
+        self.whole_decoder = Decoder(shape, config.dtype, config.seed).to(self.device)
         self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
                                      self.device, config.seed)
         self.phase_seconds: dict[str, float] = {}
@@ -136,7 +147,7 @@ class RankProfiler:
         """Measurements in one sweep (for progress bars)."""
         c = self.config
         return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
-                + len(self.decoders) * len(c.linear_tokens)
+                + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
                 + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes))
 
     def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
@@ -168,6 +179,10 @@ class RankProfiler:
                 out.decoder[(layers, tokens)] = both.times_ms
                 out.decoder_forward[(layers, tokens)] = forward.times_ms
                 on_step(f"linear {layers} layer(s) {tokens} tokens")
+        for lengths in composition_probes(c.attention_lengths):
+            out.whole_decoder[lengths] = whole_decoder_samples(self.whole_decoder, c.model, lengths, timing,
+                                                               c.seed).times_ms
+            on_step(f"whole decoder {'+'.join(map(str, lengths))} tokens")
         started = self._phase("linear", started)
         for kind in COMM_KINDS:
             for size in self.group_sizes:

@@ -1,11 +1,13 @@
 """Turn the ranks' measurements into a validated ProfileTable (schema v1)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.model import CostModel
 from mindspeed_mm.core.fcp.cost.table import HardwareInfo, MemoryFigures, ProfileTable, TimeFigures
 from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
@@ -103,6 +105,40 @@ def comm_curve(kind: str, size: int, config: ProfileConfig, times: dict[tuple[st
     else:
         ys = [max(t.alone_ms, t.busy_ms - t.block_ms) for t in points]
     return CommCurve(_grid(sent, ys, "linear"), overlap)
+
+
+def composition_factor(table: ProfileTable, whole: dict[tuple[int, ...], float]) -> tuple[float, dict[str, float]]:
+    """Measured / predicted time of the whole decoder on the composition probes (local attention).
+
+    The table's compute terms are timed piece by piece (attention cores, layers without attention);
+    the whole model runs them in one graph, with its own memory traffic and allocations. The
+    median ratio over the probes is the factor the compute terms are scaled by; the per-probe
+    ratios go to the provenance.
+    """
+    cost = CostModel(table)
+    ratios = {"+".join(map(str, lengths)): measured / float(cost.group_time_ms(cost.workload(list(lengths)), 1, "ring"))
+              for lengths, measured in sorted(whole.items())}
+    return median_of(list(ratios.values())), ratios
+
+
+def scaled_compute(time: TimeFigures, factor: float) -> TimeFigures:
+    """`time` with every compute term (attention grids, linear, output, launch) times `factor`; links unchanged."""
+
+    def scaled(grid: Grid) -> Grid:
+        return Grid(grid.x, tuple(y * factor for y in grid.y), grid.scale)
+
+    return dataclasses.replace(
+        time,
+        attention_causal_ms=scaled(time.attention_causal_ms),
+        attention_full_ms=scaled(time.attention_full_ms),
+        attention_off_diagonal_ms=None if time.attention_off_diagonal_ms is None
+        else scaled(time.attention_off_diagonal_ms),
+        attention_ulysses_ms=None if time.attention_ulysses_ms is None
+        else {degree: scaled(grid) for degree, grid in time.attention_ulysses_ms.items()},
+        linear_ms_per_token=time.linear_ms_per_token * factor,
+        output_ms_per_token=time.output_ms_per_token * factor,
+        launch_ms=time.launch_ms * factor,
+    )
 
 
 def _merged_comm(ranks: Sequence[RankMeasurements], statistic: str) -> dict[tuple[str, int, int], CommTimes]:
@@ -213,7 +249,13 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "No vision encoder was profiled: vision_ms_per_patch is 0 and model.vision is null.",
         ],
     }
-    table = ProfileTable(hardware=hardware, model=config.model, dtype=config.dtype, tp=1, pp=1, recompute="none",
+    parts = ProfileTable(hardware=hardware, model=config.model, dtype=config.dtype, tp=1, pp=1, recompute="none",
                          time=time, memory=memory, provenance=provenance)
+    factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
+    provenance["composition"] = {"factor": factor, "measured_over_parts_by_probe": ratios}
+    provenance["notes"].append(
+        "Compute terms (attention grids, linear, output, launch) are the timed parts times the composition "
+        "factor: the median of whole-decoder time / sum of the parts over the probes in composition.")
+    table = dataclasses.replace(parts, time=scaled_compute(time, factor), provenance=provenance)
     table.validate(source="measured profile")
     return table
