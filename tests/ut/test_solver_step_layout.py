@@ -124,3 +124,25 @@ def test_exchanged_workloads_equal_rebuilt_ones():
     want, _ = columns.groups(rebuilt)
     np.testing.assert_array_equal(got.values, want.values)
     assert generic.exchanged(groups, rows, minus, plus) == generic.groups(rebuilt)[0]
+
+
+def test_batches_outside_left_out_samples_equal_rebuilt_ones():
+    lengths, patches = _batch("openvid", 12, seed=3)
+    columns = SampleWorkloads(A3_8B, np.asarray(lengths), np.asarray(patches))
+    assert columns.columns is not None
+    generic = SampleWorkloads(FAKE, lengths, None)
+    left_out = np.zeros((3, 12), dtype=bool)
+    left_out[0, [0, 5]] = True
+    left_out[2, :] = True          # nothing left: an empty batch
+    alone = np.array([4, 11])
+    kept = [[i for i in range(12) if not left_out[k, i]] for k in range(3)]
+    want = [A3_8B.workload([lengths[i] for i in b], [patches[i] for i in b]) for b in kept]
+    want += [A3_8B.workload([lengths[i]], [patches[i]]) for i in alone]
+    got = columns.outside(left_out, alone)
+    np.testing.assert_array_equal(got.values, np.stack([A3_8B.workload_columns(
+        [lengths[i] for i in b], [patches[i] for i in b]).values.sum(axis=0) for b in kept + [[4], [11]]]))
+    assert [got.workload(k) for k in range(len(want))] == want
+    assert generic.outside(left_out, alone) == [FAKE.workload([lengths[i] for i in b]) for b in kept + [[4], [11]]]
+    singles = columns.singles_and_empty()
+    assert [singles.workload(k) for k in range(13)] == [columns[i] for i in range(12)] + [A3_8B.workload([])]
+    assert generic.singles_and_empty() == [generic[i] for i in range(12)] + [FAKE.workload([])]
