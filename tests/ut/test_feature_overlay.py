@@ -34,7 +34,7 @@ def test_copies_fcp_files_only_and_reports_them(checkout: Path, capsys: pytest.C
     files = overlay_files(SOURCE)
     relative = {str(f) for f in files}
     assert {"mindspeed_mm/features_manager/fcp/fcp_feature.py", "mindspeed_mm/core/fcp/cli.py",
-            "docs/zh/features/parallel/fcp.md", "docs/zh/features/parallel/images/fcp_plan_internvid_64.png",
+            "docs/zh/features/parallel/fcp.md", "docs/zh/features/parallel/images/fcp_plan_openvid_64.png",
             "examples/qwen3vl/finetune_qwen3vl_8B_fcp.sh", "examples/qwen3vl/qwen3vl_full_sft_8B_fcp.yaml"} <= relative
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in relative)
     after = _tree(checkout)
