@@ -48,7 +48,7 @@ def test_the_first_steps_are_planned_uncorrected_and_later_ones_lag_by_two(cost:
 
 
 def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel) -> None:
-    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0))
+    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0), warmup_steps=0)
     plan = _plan(cost)
     scale = {d: 2.0 + 0.5 * d for d in range(1, 5)}
     records = recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, scale))
@@ -76,7 +76,7 @@ def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel)
 
 
 def test_corrections_of_a_step_do_not_change_once_recorded(cost: CostModel) -> None:
-    recalibrator = StepRecalibrator(cost)
+    recalibrator = StepRecalibrator(cost, warmup_steps=0)
     plan = _plan(cost)
     recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 3.0)))
     first = recalibrator.corrections_for_step(2)
@@ -110,3 +110,16 @@ def test_a_group_time_is_its_last_arriving_rank_time() -> None:
     # [world, rounds]: rank 3 finished round 0 early and waited for ranks 2 in round 1.
     rank_round_ms = np.array([[10.0, 7.0], [11.0, 6.0], [12.0, 9.0], [4.0, 15.0]])
     assert measured_group_times(plan, rank_round_ms) == [[10.0, 4.0], [6.0, 9.0]]
+
+
+def test_warm_up_steps_are_logged_but_not_learned(cost: CostModel) -> None:
+    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0))
+    assert recalibrator.warmup_steps == 1
+    plan = _plan(cost)
+    first = recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 9.0)))
+    assert mean_absolute_error(first) == pytest.approx(8 / 9)
+    assert recalibrator.corrections_for_step(2).is_identity and recalibrator.calibrator.observations == 0
+    recalibrator.record_step(1, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 2.0)))
+    assert recalibrator.corrections_for_step(3).default == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
+        StepRecalibrator(cost, warmup_steps=-1)

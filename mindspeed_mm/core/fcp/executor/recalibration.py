@@ -26,15 +26,23 @@ from mindspeed_mm.core.fcp.cost.calibration import (
 from mindspeed_mm.core.fcp.solver import Plan
 
 PLAN_LAG = 2
-"""The plan of step s uses the measured times of steps 0 .. s - PLAN_LAG."""
+"""The plan of step s uses the measured times of steps up to s - PLAN_LAG."""
+WARMUP_STEPS = 1
+"""Steps whose times are logged but not learned from: the first step also pays one-off costs
+(allocator growth, first calls of every kernel and collective)."""
 
 
 class StepRecalibrator:
     """The correction factors of each step's plan, learned from the groups of the earlier steps."""
 
-    def __init__(self, base: CostModel, settings: CalibrationSettings = CalibrationSettings()) -> None:
+    def __init__(self, base: CostModel, settings: CalibrationSettings = CalibrationSettings(),
+                 warmup_steps: int = WARMUP_STEPS) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
         self.base = base
         """The uncorrected cost model (preset or profiled table)."""
+        self.warmup_steps = warmup_steps
+        """The first steps, whose times are not learned from."""
         self.calibrator = OnlineCalibrator(settings)
         self._after_step: dict[int, CorrectionTable] = {}
         # The planning thread reads the tables while the training thread records new ones.
@@ -87,7 +95,9 @@ class StepRecalibrator:
                     None if patches is None else [int(patches[s]) for s in group.samples],
                 )
                 groups.append((workload, group.degree, group.algo))
-        records = observe_groups(self.calibrator, cost, groups, [t for times in measured_group_ms for t in times])
+        # A warm-up step's records come from a scratch calibrator: logged, not learned.
+        learner = self.calibrator if step >= self.warmup_steps else OnlineCalibrator(self.calibrator.settings)
+        records = observe_groups(learner, cost, groups, [t for times in measured_group_ms for t in times])
         with self._lock:
             self._after_step[step] = self.calibrator.snapshot()
             # Only the newest PLAN_LAG tables can still be asked for.
