@@ -117,7 +117,22 @@ def _train_part(args: argparse.Namespace) -> int:
         f"  mean step {mean['step_ms']:.0f} ms: plan wait {mean['plan_wait_ms']:.1f}, forward/backward "
         f"{mean['forward_backward_ms']:.0f}, gradient sync {mean['grad_sync_ms']:.1f} ms"
     )
+    uncorrected = [s for s in steps if s["corrections"] is not None and not s["corrections"]["factors"]]
+    corrected = [s for s in steps if s["corrections"] is not None and s["corrections"]["factors"]]
+    if uncorrected and corrected:
+        print(
+            f"  cost model vs measured group times (mean error): {_group_time_error(uncorrected):.0f}% in steps "
+            f"planned with the preset, {_group_time_error(corrected):.0f}% once recalibrated from measured steps"
+        )
     return 0
+
+
+def _group_time_error(steps: list[dict]) -> float:
+    """Mean |predicted - measured| / measured over every group of `steps`, in percent."""
+    errors = [abs(p - m) / m for s in steps
+              for predicted, measured in zip(s["predicted_group_ms"], s["measured_group_ms"])
+              for p, m in zip(predicted, measured)]
+    return 100.0 * float(np.mean(errors))
 
 
 def run(args: argparse.Namespace) -> int:

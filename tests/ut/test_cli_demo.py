@@ -1,0 +1,31 @@
+"""`fcp demo`: the planning part prints a plan that matches the planner, and the training summary's
+cost-model error compares the preset's and the recalibrated predictions."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mindspeed_mm.core.fcp.cli import main
+from mindspeed_mm.core.fcp.commands.demo import _group_time_error
+
+
+def test_planning_part_prints_the_plan_and_the_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--ranks", "16", "--global-batch-size", "64", "--skip-training"]) == 0
+    out = capsys.readouterr().out
+    assert "== Plan: openvid-like batch of 64 samples on 16 NPUs" in out
+    rounds = re.findall(r"round \d+: +[\d,.]+ ms +(\d+) samples", out)
+    assert rounds and sum(int(n) for n in rounds) == 64
+    gap = float(re.search(r"\(gap ([\d.]+)\)", out).group(1))
+    assert 1.0 <= gap < 1.5
+    for baseline in ("megatron_static_cp", "deepspeed_ulysses", "mcore_dynamic_cp", "mindspeed_dp_cp_switch"):
+        assert re.search(rf"{baseline} +[\d,.]+ ms +FCP [\d.]+x faster", out), baseline
+    assert "== Train" not in out
+
+
+def test_group_time_error_averages_every_group_of_every_step() -> None:
+    steps = [
+        {"predicted_group_ms": [[10.0, 30.0]], "measured_group_ms": [[20.0, 30.0]]},
+        {"predicted_group_ms": [[5.0], [8.0]], "measured_group_ms": [[4.0], [8.0]]},
+    ]
+    assert _group_time_error(steps) == pytest.approx(100 * (0.5 + 0.0 + 0.25 + 0.0) / 4)
