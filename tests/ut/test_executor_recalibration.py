@@ -69,8 +69,9 @@ def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel)
                 assert group.predicted_ms == pytest.approx(time_ms, rel=1e-9)
                 checked += 1
     assert checked
-    # The step after still plans with step 0's factors; step 1 has not been recorded.
-    assert recalibrator.corrections_for_step(PLAN_LAG) == recalibrator.corrections_for_step(PLAN_LAG)
+    # Step 0's factors are the slowdowns of its keys; step PLAN_LAG + 1 needs step 1, not yet recorded.
+    factors = recalibrator.corrections_for_step(PLAN_LAG)
+    assert {key: factors.factor(*key) for key in seen} == pytest.approx({(d, a): scale[d] for d, a in seen})
     with pytest.raises(RuntimeError, match="step 2"):
         recalibrator.corrections_for_step(PLAN_LAG + 1)
 

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.recalibration import measured_group_times
 from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
+from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
 from mindspeed_mm.core.fcp.solver import Plan
 
 from .fcp_feature import GROUP_POOL_POLICIES
@@ -154,25 +155,6 @@ class MeasuringPlanSource(Protocol):
         ...
 
 
-def _wait_for_device() -> None:
-    """Waits for queued accelerator work, so that the host clock measures it."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    npu = getattr(torch, "npu", None)
-    if npu is not None and npu.is_available():
-        npu.synchronize()
-
-
-def _collective_device() -> torch.device:
-    """Where the default process group's backend communicates."""
-    backend = dist.get_backend()
-    if backend == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    if backend == "hccl":
-        return torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]
-    return torch.device("cpu")
-
-
 class FCPRuntime:
     """The FCP state of this process."""
 
@@ -254,7 +236,7 @@ class FCPRuntime:
         if self._next_round >= len(rounds):
             raise FCPRuntimeError(f"the step's plan has {len(rounds)} rounds, but a micro-batch beyond them started")
         if self._round_starts is not None:
-            _wait_for_device()
+            synchronize(collective_device())
             self._round_starts.append(self._clock())
         self._next_round += 1
         return rounds[self._next_round - 1]
@@ -276,7 +258,7 @@ class FCPRuntime:
         if ran != len(rounds):
             raise FCPRuntimeError(f"the step ran {ran} micro-batches but its plan has {len(rounds)} rounds")
         if starts is not None and plan is not None and isinstance(self.plan_source, MeasuringPlanSource):
-            _wait_for_device()
+            synchronize(collective_device())
             starts.append(self._clock())
             self.plan_source.record_measured(self._group_times(plan, starts))
 
@@ -287,7 +269,7 @@ class FCPRuntime:
         times = torch.zeros(layout.num_fcp_ranks, plan.num_rounds, dtype=torch.float64)
         times[layout.fcp_rank] = torch.tensor([(b - a) * 1e3 for a, b in zip(boundaries, boundaries[1:])],
                                               dtype=torch.float64)
-        times = times.to(_collective_device())
+        times = times.to(collective_device())
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         return measured_group_times(plan, times.cpu().numpy())
 

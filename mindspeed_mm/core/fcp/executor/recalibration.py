@@ -44,28 +44,31 @@ class StepRecalibrator:
         self.warmup_steps = warmup_steps
         """The first steps, whose times are not learned from."""
         self.calibrator = OnlineCalibrator(settings)
-        self._after_step: dict[int, CorrectionTable] = {}
+        # Per recorded step: the factors learned up to it and the cost model they make (built once).
+        self._after_step: dict[int, tuple[CorrectionTable, CostModel]] = {}
         # The planning thread reads the tables while the training thread records new ones.
         self._lock = threading.Lock()
 
     def corrections_for_step(self, step: int) -> CorrectionTable:
         """The factors step `step` (zero-based) is planned with; raises if its source step was not recorded."""
+        return self._planned_with(step)[0]
+
+    def cost_for_step(self, step: int) -> CostModel:
+        """The cost model step `step` is planned with: the base model times the step's factors."""
+        return self._planned_with(step)[1]
+
+    def _planned_with(self, step: int) -> tuple[CorrectionTable, CostModel]:
         source = step - PLAN_LAG
         if source < 0:
-            return CorrectionTable()
+            return CorrectionTable(), self.base
         with self._lock:
-            table = self._after_step.get(source)
-        if table is None:
+            found = self._after_step.get(source)
+        if found is None:
             raise RuntimeError(
                 f"the plan of step {step + 1} needs the measured group times of step {source + 1}, "
                 "which were not recorded (record_step must run after every step, in order)"
             )
-        return table
-
-    def cost_for_step(self, step: int) -> CostModel:
-        """The cost model step `step` is planned with: the base model times the step's factors."""
-        table = self.corrections_for_step(step)
-        return self.base if table.is_identity else CalibratedCostModel.calibrated(self.base, table)
+        return found
 
     def record_step(
         self,
@@ -98,8 +101,10 @@ class StepRecalibrator:
         # A warm-up step's records come from a scratch calibrator: logged, not learned.
         learner = self.calibrator if step >= self.warmup_steps else OnlineCalibrator(self.calibrator.settings)
         records = observe_groups(learner, cost, groups, [t for times in measured_group_ms for t in times])
+        table = self.calibrator.snapshot()
+        learned = self.base if table.is_identity else CalibratedCostModel.calibrated(self.base, table)
         with self._lock:
-            self._after_step[step] = self.calibrator.snapshot()
+            self._after_step[step] = (table, learned)
             # Only the newest PLAN_LAG tables can still be asked for.
             for old in [s for s in self._after_step if s <= step - PLAN_LAG]:
                 del self._after_step[old]

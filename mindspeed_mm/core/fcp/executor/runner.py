@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
+from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import Plan
 
 
@@ -19,14 +20,6 @@ class GroupProvider(Protocol):
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
         """The process group of exactly `ranks`."""
         ...
-
-
-def synchronize(device: torch.device) -> None:
-    """Waits for queued device work so that wall-clock timers measure it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "npu":
-        torch.npu.synchronize(device)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

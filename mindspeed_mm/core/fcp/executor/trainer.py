@@ -38,9 +38,10 @@ from mindspeed_mm.core.fcp.executor.plan_check import check_plan_agreement, chec
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator, measured_group_times
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
-from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput, synchronize
+from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
 from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
+from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
 logger = logging.getLogger(__name__)

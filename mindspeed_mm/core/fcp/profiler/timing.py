@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.parallel.device import synchronize
+
 STATISTICS = ("median", "lower_quartile", "min")
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 """Clock name -> function returning seconds."""
@@ -58,14 +60,6 @@ def summarize(values: Sequence[float], statistic: str) -> float:
     if statistic == "min":
         return float(min(values))
     raise ValueError(f"statistic must be one of {list(STATISTICS)}, got {statistic!r}")
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so that wall-clock timers measure it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "npu":
-        torch.npu.synchronize(device)  # type: ignore[attr-defined]
 
 
 def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device: torch.device,

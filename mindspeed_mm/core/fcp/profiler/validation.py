@@ -29,7 +29,8 @@ from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.decoder import AttentionCore, Decoder, ShardInputs, fcp_core
 from mindspeed_mm.core.fcp.profiler.environment import load_average
-from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS, check_clock, summarize, synchronize
+from mindspeed_mm.core.fcp.parallel.device import synchronize
+from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS, check_clock, summarize
 from mindspeed_mm.core.fcp.profiler.world import run_world
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 
