@@ -163,3 +163,47 @@ def test_validate_catches_a_bad_instance(table: ProfileTable) -> None:
     broken = dataclasses.replace(table, tp=0)
     with pytest.raises(ProfileTableError, match="field 'tp' must be a positive int, got 0"):
         broken.validate()
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (lambda d: d["time"].update(comm_overlapp=0.5), "unknown field 'comm_overlapp' in 'time'"),
+        (lambda d: d["hardware"].update(ranks_per_nod=8), "unknown field 'ranks_per_nod' in 'hardware'"),
+        (lambda d: d.update(schema_versoin=1), "unknown field 'schema_versoin' in the top level"),
+        (lambda d: d["time"]["attention_ms"]["causal"].update(scales="linear"),
+         "unknown field 'scales' in 'time.attention_ms.causal'"),
+        (lambda d: d["memory"].update(static_byte=1), "unknown field 'static_byte' in 'memory'"),
+    ],
+)
+def test_misspelt_keys_are_rejected_naming_them(doc: dict[str, Any], change: Callable[[dict[str, Any]], None],
+                                                fragment: str) -> None:
+    change(doc)
+    with pytest.raises(ProfileTableError, match=fragment):
+        ProfileTable.from_dict(doc, source="t.json")
+
+
+def test_duplicate_keys_in_a_file_are_rejected(doc: dict[str, Any], tmp_path: Path) -> None:
+    text = json.dumps(doc, indent=1)
+    # The same member twice in one object: json would silently keep the second value.
+    text = text.replace('"launch_ms": ', '"launch_ms": 1.0, "launch_ms": ', 1)
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(ProfileTableError, match=f"{path}: key 'launch_ms' appears twice"):
+        ProfileTable.load(path)
+
+
+def test_group_size_keys_that_collide_are_rejected(doc: dict[str, Any]) -> None:
+    grid = {"scale": "loglog", "x": [1.0, 2.0], "y": [1.0, 2.0]}
+    doc["time"]["p2p_ms"]["by_group_size"] = {"2": grid, "02": grid}
+    with pytest.raises(ProfileTableError, match="time.p2p_ms.by_group_size.*without leading zeros.*'02'"):
+        ProfileTable.from_dict(doc)
+
+
+def test_saved_table_has_the_ordinary_file_mode(table: ProfileTable, tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        table.save(tmp_path / "profile.json")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "profile.json").stat().st_mode & 0o777 == 0o640  # 0666 less the umask, not mkstemp's 0600

@@ -32,11 +32,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from mindspeed_mm.core.fcp.atomic_io import atomic_write_text
 from mindspeed_mm.core.fcp.cost.grid import GRID_SCALES, Grid
 
 SCHEMA_VERSION = 1
@@ -262,7 +262,7 @@ class ProfileTable:
         except OSError as exc:
             raise ProfileTableError(f"{path}: cannot read profile table: {exc}") from exc
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
         except json.JSONDecodeError as exc:
             raise ProfileTableError(f"{path}: not valid JSON: {exc}") from exc
         return cls.from_dict(doc, source=str(path))
@@ -271,18 +271,36 @@ class ProfileTable:
         """Write the table as JSON atomically (temporary file in the same folder, then rename)."""
         path = Path(path)
         self.validate(source=str(path))
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    """A JSON object's members; a key given twice is an error (json keeps the last one silently)."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise ProfileTableError(f"{path}: key {key!r} appears twice in one object")
+        doc[key] = value
+    return doc
+
+
+# Known members of each section (misspelt keys are errors, not silently ignored); `provenance` is free-form.
+_KEYS = {
+    "<root>": {"schema_version", "hardware", "model", "dtype", "tp", "pp", "recompute", "time", "memory",
+               "provenance"},
+    "hardware": {"name", "device", "ranks_per_node", "memory_bytes", "usable_memory_fraction", "peak_tflops",
+                 "intra_node_bytes_per_s", "inter_node_bytes_per_s"},
+    "model": {"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "attention_mask",
+              "vision"},
+    "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch"},
+    "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
+             "output_ms_per_token", "vision_ms_per_patch", "launch_ms", "p2p_ms", "all_to_all_ms", "comm_overlap"},
+    "time.attention_ms": {"causal", "full", "off_diagonal", "ulysses"},
+    "time.p2p_ms": {"intra", "inter", "by_group_size"},
+    "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
+    "memory": {"static_bytes", "workspace_bytes", "activation_bytes_per_token", "vision_activation_bytes_per_token"},
+    "grid": {"scale", "x", "y"},
+}
 
 
 def _grids_doc(grids: dict[int, Grid]) -> dict[str, Any]:
@@ -304,9 +322,15 @@ class _Parser:
     def fail(self, path: str, expectation: str, value: Any) -> ProfileTableError:
         return ProfileTableError(f"{self.source}: field '{path}' must be {expectation}, got {value!r}")
 
-    def section(self, doc: Any, path: str) -> dict[str, Any]:
+    def section(self, doc: Any, path: str, keys: str | None = None) -> dict[str, Any]:
+        """`doc` as an object; with `keys` (a `_KEYS` entry), members outside it are errors."""
         if not isinstance(doc, dict):
             raise self.fail(path, "an object", doc)
+        unknown = sorted(set(doc) - _KEYS[keys]) if keys is not None else []
+        if unknown:
+            where = "the top level" if path == "<root>" else f"'{path}'"
+            raise ProfileTableError(f"{self.source}: unknown field {unknown[0]!r} in {where}; expected one of "
+                                    f"{sorted(_KEYS[keys])}")
         return doc
 
     def get(self, doc: dict[str, Any], path: str, key: str) -> Any:
@@ -349,7 +373,7 @@ class _Parser:
         return value
 
     def grid(self, doc: Any, path: str) -> Grid:
-        doc = self.section(doc, path)
+        doc = self.section(doc, path, "grid")
         scale = self.choice(doc, path, "scale", GRID_SCALES)
         xs, ys = self.get(doc, path, "x"), self.get(doc, path, "y")
         for key, values in (("x", xs), ("y", ys)):
@@ -375,7 +399,7 @@ class _Parser:
 
     def hardware(self, doc: Any) -> HardwareInfo:
         p = "hardware"
-        doc = self.section(doc, p)
+        doc = self.section(doc, p, p)
         return HardwareInfo(
             name=self.string(doc, p, "name"),
             device=self.choice(doc, p, "device", DEVICES),
@@ -392,13 +416,13 @@ class _Parser:
         p = "model.vision"
         if doc is None:
             return None
-        doc = self.section(doc, p)
+        doc = self.section(doc, p, p)
         return VisionShape(**{k: self.positive_int(doc, p, k) for k in (
             "depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch")})
 
     def model(self, doc: Any) -> ModelShape:
         p = "model"
-        doc = self.section(doc, p)
+        doc = self.section(doc, p, p)
         ints = {k: self.positive_int(doc, p, k) for k in (
             "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")}
         if ints["heads"] % ints["kv_heads"]:
@@ -409,10 +433,10 @@ class _Parser:
 
     def time(self, doc: Any, has_vision: bool) -> TimeFigures:
         p = "time"
-        doc = self.section(doc, p)
-        attention = self.section(self.get(doc, p, "attention_ms"), "time.attention_ms")
-        p2p = self.section(self.get(doc, p, "p2p_ms"), "time.p2p_ms")
-        a2a = self.section(self.get(doc, p, "all_to_all_ms"), "time.all_to_all_ms")
+        doc = self.section(doc, p, p)
+        attention = self.section(self.get(doc, p, "attention_ms"), "time.attention_ms", "time.attention_ms")
+        p2p = self.section(self.get(doc, p, "p2p_ms"), "time.p2p_ms", "time.p2p_ms")
+        a2a = self.section(self.get(doc, p, "all_to_all_ms"), "time.all_to_all_ms", "time.all_to_all_ms")
         vision_ms = self.non_negative(doc, p, "vision_ms_per_patch")
         if not has_vision and vision_ms != 0:
             raise self.fail("time.vision_ms_per_patch", "0 when model.vision is null", vision_ms)
@@ -452,14 +476,15 @@ class _Parser:
             raise self.fail(full, "a non-empty object", section)
         grids = {}
         for key, grid in section.items():
-            if not (isinstance(key, str) and key.isdigit() and int(key) >= 2):
-                raise self.fail(full, "keyed by group sizes >= 2 written as strings", key)
+            # Canonical decimal keys only: "02" and "2" would otherwise name the same size.
+            if not (isinstance(key, str) and key.isdigit() and int(key) >= 2 and key == str(int(key))):
+                raise self.fail(full, "keyed by group sizes >= 2 written as strings without leading zeros", key)
             grids[int(key)] = self.grid(grid, f"{full}.{key}")
         return dict(sorted(grids.items()))
 
     def memory(self, doc: Any) -> MemoryFigures:
         p = "memory"
-        doc = self.section(doc, p)
+        doc = self.section(doc, p, p)
         return MemoryFigures(
             static_bytes=self.non_negative(doc, p, "static_bytes"),
             workspace_bytes=self.non_negative(doc, p, "workspace_bytes"),
@@ -468,7 +493,7 @@ class _Parser:
         )
 
     def table(self, doc: Any) -> ProfileTable:
-        doc = self.section(doc, "<root>")
+        doc = self.section(doc, "<root>", "<root>")
         version = self.get(doc, "", "schema_version")
         if version != SCHEMA_VERSION:
             raise self.fail("schema_version", f"{SCHEMA_VERSION} (the only supported version)", version)
