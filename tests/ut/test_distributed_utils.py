@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-import time
+import threading
 
 import pytest
 
@@ -16,7 +16,7 @@ def _fail_on_rank_one(rank: int, world_size: int) -> int:
 
 
 def _hang(rank: int, world_size: int) -> None:
-    time.sleep(120)
+    threading.Event().wait()  # blocks until the run_world timeout terminates it
 
 
 def _die(rank: int, world_size: int) -> None:

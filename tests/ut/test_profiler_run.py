@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +65,50 @@ def test_a_run_that_does_not_finish_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(WorldError, match=r"ranks \[0, 1\] of 2 did not finish within"):
         write_profile(config, path)
     assert list(tmp_path.iterdir()) == []
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """Processes `pid` started with multiprocessing's spawn (its ranks; not the resource tracker)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in cmdline:
+                children.append(int(child))
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc to find the spawned ranks")
+def test_a_killed_profile_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    scratch, out = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    out.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "profile", "-o", str(out / "t.json"), *TINY_GRID]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ranks: list[int] = []
+    try:
+        pause = threading.Event()
+        for _ in range(1200):  # up to about 2 minutes for the interpreter and torch to start the ranks
+            ranks = _spawned_children(process.pid)
+            if len(ranks) == 2 or process.poll() is not None:
+                break
+            pause.wait(0.1)
+        assert len(ranks) == 2, "the profile's ranks never started"
+        process.send_signal(signal.SIGKILL)  # mid-measurement: no handler or finally block runs
+        process.wait(timeout=60)
+    finally:
+        for pid in [process.pid, *ranks]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait(timeout=60)
+    assert list(scratch.iterdir()) == []
+    assert list(out.iterdir()) == []
 
 
 @pytest.mark.parametrize(

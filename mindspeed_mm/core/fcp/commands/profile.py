@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from mindspeed_mm.core.fcp.atomic_io import atomic_write_text
 from mindspeed_mm.core.fcp.commands.options import positive_int
 from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ProfileTable
@@ -115,20 +114,8 @@ def _config(args: argparse.Namespace) -> ProfileConfig:
 
 
 def _write_report(report: ValidationReport, path: Path) -> None:
-    """Write the report JSON atomically (temporary file in the same folder, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(report.to_json(), handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write the report JSON atomically (temporary file in the same folder, fsync, rename)."""
+    atomic_write_text(path, json.dumps(report.to_json(), indent=1) + "\n")
 
 
 def _load(load: object) -> str:

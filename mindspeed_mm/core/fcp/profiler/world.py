@@ -1,14 +1,13 @@
 """Spawn a small torch.distributed world on this host and collect one result per rank.
 
 Multi-process measurements (communication, group executions) run ``fn(rank, world_size, *args)``
-in ``world_size`` spawned processes joined by a ``file://`` store. Every process uses one intra-op
+in ``world_size`` spawned processes joined by a TCP store on this host. Every process uses one intra-op
 thread, so ranks do not fight over cores more than the world size forces them to.
 """
 from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 _POLL_S = 0.05
+_HOST = "127.0.0.1"
 BACKENDS = ("gloo", "nccl", "hccl")
 
 
@@ -59,24 +59,23 @@ def raise_priority(nice: int) -> None:
         raise PermissionError(f"--nice {nice}: cannot change the scheduling priority here: {exc}") from exc
 
 
-def _worker(rank: int, fn: Callable[..., Any], world_size: int, backend: str, workdir: str, timeout_s: float,
-            nice: int | None, args: tuple[Any, ...]) -> None:
+def _worker(rank: int, fn: Callable[..., Any], world_size: int, backend: str, port: int, timeout_s: float,
+            nice: int | None, args: tuple[Any, ...], results: Any) -> None:
     torch.set_num_threads(1)
     try:
         if nice is not None:
             raise_priority(nice)
-        dist.init_process_group(backend, init_method=f"file://{Path(workdir) / 'store'}", rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=timeout_s))
+        timeout = timedelta(seconds=timeout_s)
+        store = dist.TCPStore(_HOST, port, world_size, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         try:
             payload: tuple[str, Any] = ("ok", fn(rank, world_size, *args))
         finally:
             dist.destroy_process_group()
+        message = pickle.dumps(payload)
     except BaseException:  # sent to the parent with its traceback
-        payload = ("error", traceback.format_exc())
-    path = Path(workdir) / f"rank{rank}.pkl"
-    with open(path.with_suffix(".tmp"), "wb") as handle:
-        pickle.dump(payload, handle)
-    os.replace(path.with_suffix(".tmp"), path)
+        message = pickle.dumps(("error", traceback.format_exc()))
+    results.put((rank, message))
 
 
 def run_world(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo",
@@ -85,42 +84,45 @@ def run_world(fn: Callable[..., Any], world_size: int, *args: Any, backend: str 
 
     ``fn`` and ``args`` must be picklable (``fn`` defined at module level). A failing, dying or
     late rank raises WorldError naming it; the other processes are then terminated. ``nice``
-    runs the ranks at that scheduling priority (see `raise_priority`).
+    runs the ranks at that scheduling priority (see `raise_priority`). The ranks meet at a TCP store
+    this process serves on a free local port and send their results back through a pipe, so a run
+    leaves nothing on disk, even when it is killed.
     """
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
-    with tempfile.TemporaryDirectory(prefix="fcp_profile_") as workdir:
-        context = mp.start_processes(_worker, args=(fn, world_size, backend, workdir, timeout_s, nice, args),
-                                     nprocs=world_size, join=False, start_method="spawn")
-        try:
-            return _collect(context, world_size, Path(workdir), timeout_s)
-        finally:
-            for process in context.processes:
-                if process.is_alive():
-                    process.terminate()
-            for process in context.processes:
-                process.join(timeout=5)
+    store = dist.TCPStore(_HOST, 0, world_size + 1, is_master=True, timeout=timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    results = mp.get_context("spawn").SimpleQueue()
+    context = mp.start_processes(_worker, args=(fn, world_size, backend, store.port, timeout_s, nice, args, results),
+                                 nprocs=world_size, join=False, start_method="spawn")
+    try:
+        return _collect(context, world_size, results, timeout_s)
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in context.processes:
+            process.join(timeout=5)
+        del store
 
 
-def _collect(context: mp.ProcessContext, world_size: int, workdir: Path, timeout_s: float) -> list[Any]:
+def _collect(context: mp.ProcessContext, world_size: int, results: Any, timeout_s: float) -> list[Any]:
     deadline = time.monotonic() + timeout_s
-    results: dict[int, Any] = {}
-    while len(results) < world_size:
+    values: dict[int, Any] = {}
+    while len(values) < world_size:
+        while not results.empty():
+            rank, message = results.get()
+            status, value = pickle.loads(message)
+            if status == "error":
+                raise WorldError(f"rank {rank} of {world_size} failed:\n{value}")
+            values[rank] = value
         for rank in range(world_size):
-            if rank in results:
-                continue
-            path = workdir / f"rank{rank}.pkl"
-            if path.exists():
-                with open(path, "rb") as handle:
-                    status, value = pickle.load(handle)
-                if status == "error":
-                    raise WorldError(f"rank {rank} of {world_size} failed:\n{value}")
-                results[rank] = value
-            elif not context.processes[rank].is_alive() and not path.exists():
-                raise WorldError(f"rank {rank} of {world_size} exited with code "
-                                 f"{context.processes[rank].exitcode} without a result")
-        if len(results) < world_size and time.monotonic() > deadline:
-            missing = sorted(set(range(world_size)) - set(results))
+            process = context.processes[rank]
+            if rank not in values and not process.is_alive() and results.empty():
+                raise WorldError(f"rank {rank} of {world_size} exited with code {process.exitcode} without a result")
+        if len(values) < world_size and time.monotonic() > deadline:
+            missing = sorted(set(range(world_size)) - set(values))
             raise WorldError(f"ranks {missing} of {world_size} did not finish within {timeout_s:.0f} s")
-        time.sleep(_POLL_S)
-    return [results[rank] for rank in range(world_size)]
+        if len(values) < world_size:
+            time.sleep(_POLL_S)
+    return [values[rank] for rank in range(world_size)]
