@@ -39,12 +39,22 @@ def _scaled_times(plan: Plan, cost: CostModel, lengths: list[int], scale: dict[i
 
 def test_the_first_steps_are_planned_uncorrected_and_later_ones_lag_by_two(cost: CostModel) -> None:
     recalibrator = StepRecalibrator(cost)
-    assert PLAN_LAG == 2
     for step in range(PLAN_LAG):
         assert recalibrator.corrections_for_step(step).is_identity
         assert recalibrator.cost_for_step(step) is cost
     with pytest.raises(RuntimeError, match="plan of step 3 needs the measured group times of step 1"):
         recalibrator.corrections_for_step(2)
+
+
+def test_the_step_planned_while_a_step_runs_does_not_see_its_times(cost: CostModel) -> None:
+    # Step 1 is planned in the background while step 0 trains, so it must not depend on step 0's times
+    # (else the plans would differ between the look-ahead and the synchronous planner); step 2 uses them.
+    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0), warmup_steps=0)
+    plan = _plan(cost)
+    recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, dict.fromkeys(range(1, 5), 3.0)))
+    assert recalibrator.corrections_for_step(1).is_identity
+    assert recalibrator.cost_for_step(1) is cost
+    assert recalibrator.corrections_for_step(2).default == pytest.approx(3.0)
 
 
 def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel) -> None:
@@ -54,7 +64,6 @@ def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel)
     records = recalibrator.record_step(0, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, scale))
     assert len(records) == sum(len(r.groups) for r in plan.rounds)
     assert mean_absolute_error(records) > 0.5  # the uncorrected model was far off
-    assert mean_absolute_error(records, uncorrected=True) == mean_absolute_error(records)
 
     corrected = recalibrator.cost_for_step(PLAN_LAG)
     assert isinstance(corrected, CalibratedCostModel)
@@ -74,6 +83,18 @@ def test_a_slower_machine_is_learned_and_later_plans_predict_it(cost: CostModel)
     assert {key: factors.factor(*key) for key in seen} == pytest.approx({(d, a): scale[d] for d, a in seen})
     with pytest.raises(RuntimeError, match="step 2"):
         recalibrator.corrections_for_step(PLAN_LAG + 1)
+
+    # Once steps 0 and 1 are recorded, step 2's records separate the plan's (corrected) prediction from
+    # the base model's: the corrected one is exact on the keys step 0 taught, the base one stays far off.
+    recalibrator.record_step(1, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, scale))
+    later = recalibrator.record_step(PLAN_LAG, replanned, LENGTHS, None, measured)
+    assert mean_absolute_error(later, uncorrected=True) > 0.5
+    taught = [r for r in later if (r.degree, r.algo) in seen]
+    assert taught
+    for record in taught:
+        assert record.predicted_ms == pytest.approx(record.measured_ms, rel=1e-9)
+        assert record.base_ms == pytest.approx(record.measured_ms / scale[record.degree], rel=1e-9)
+    assert mean_absolute_error(later) < mean_absolute_error(later, uncorrected=True)
 
 
 def test_corrections_of_a_step_do_not_change_once_recorded(cost: CostModel) -> None:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 import torch
 
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
-from mindspeed_mm.core.fcp.profiler.timing import summarize, time_repeats
+from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, summarize, time_repeats
 
 
 def test_monotone_pools_adjacent_violators() -> None:
@@ -54,29 +55,49 @@ def test_statistics() -> None:
         summarize([], "median")
 
 
+class _FakeClocks:
+    """A wall and a CPU clock that advance only when the timed work runs (seconds)."""
+
+    def __init__(self, wall_s_per_call: float, cpu_s_per_call: float) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.calls = 0
+        self.per_call = (wall_s_per_call, cpu_s_per_call)
+
+    def work(self) -> None:
+        self.calls += 1
+        self.wall += self.per_call[0]
+        self.cpu += self.per_call[1]
+
+    def clocks(self) -> dict[str, Callable[[], float]]:
+        return {"wall": lambda: self.wall, "cpu": lambda: self.cpu}
+
+
 def test_time_repeats_counts_runs_and_reads_the_chosen_clock() -> None:
-    calls = []
-
-    def sleep() -> None:
-        calls.append(1)
-        time.sleep(0.002)
-
-    samples = time_repeats(sleep, warmup=2, repeats=3, device=torch.device("cpu"), clock="wall")
-    assert len(samples.times_ms) == 3 and len(calls) == 5
-    assert all(t >= 2.0 for t in samples.times_ms)
-    # Sleeping costs no CPU time: the cpu clock reads far less than the 2 ms slept.
-    cpu = time_repeats(sleep, warmup=0, repeats=3, device=torch.device("cpu"), clock="cpu")
-    assert all(t < 1.5 for t in cpu.times_ms)
+    # Work that waits (2 ms elapsed) but computes little (0.25 ms of CPU time).
+    fake = _FakeClocks(0.002, 0.00025)
+    device = torch.device("cpu")
+    samples = time_repeats(fake.work, warmup=2, repeats=3, device=device, clock="wall", clocks=fake.clocks())
+    assert fake.calls == 5
+    assert samples.times_ms == pytest.approx((2.0, 2.0, 2.0))
+    cpu = time_repeats(fake.work, warmup=0, repeats=3, device=device, clock="cpu", clocks=fake.clocks())
+    assert cpu.times_ms == pytest.approx((0.25, 0.25, 0.25))
+    assert CLOCKS["wall"] is time.perf_counter and CLOCKS["cpu"] is time.process_time
 
 
 def test_min_sample_ms_repeats_short_work_inside_a_sample() -> None:
-    calls = []
+    fake = _FakeClocks(0.001, 0.001)
+    samples = time_repeats(fake.work, warmup=0, repeats=2, device=torch.device("cpu"), min_sample_ms=10.0,
+                           clock="wall", clocks=fake.clocks())
+    # One sizing run of 1 ms, then 10 runs per 10 ms sample; the result is per run.
+    assert fake.calls == 1 + 2 * 10
+    assert samples.times_ms == pytest.approx((1.0, 1.0))  # per run, not the 10 ms sample total
 
-    def short() -> None:
-        calls.append(1)
-        time.sleep(0.001)
 
-    samples = time_repeats(short, warmup=0, repeats=2, device=torch.device("cpu"), min_sample_ms=10.0, clock="wall")
-    # One sizing run, then at least ~10 runs per sample; the result is per run.
-    assert len(calls) >= 1 + 2 * 5
-    assert all(1.0 <= t < 10.0 for t in samples.times_ms)  # per run, not the >= 10 ms sample total
+def test_min_sample_ms_is_sized_on_elapsed_time_whatever_the_clock() -> None:
+    # 4 ms elapsed but 0.5 ms CPU per run: the cpu clock would ask for 20 runs, elapsed time for 3.
+    fake = _FakeClocks(0.004, 0.0005)
+    samples = time_repeats(fake.work, warmup=0, repeats=1, device=torch.device("cpu"), min_sample_ms=10.0,
+                           clock="cpu", clocks=fake.clocks())
+    assert fake.calls == 1 + 3
+    assert samples.times_ms == pytest.approx((0.5,))

@@ -28,12 +28,14 @@ class AsyncPlanner:
     while planning a step reaches the training thread when that step's plan is requested.
     """
 
-    def __init__(self, plan_step: Callable[[int], Plan], num_steps: int, *, look_ahead: bool) -> None:
+    def __init__(self, plan_step: Callable[[int], Plan], num_steps: int, *, look_ahead: bool,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if num_steps <= 0:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
         self._plan_step = plan_step
         self._num_steps = num_steps
         self._look_ahead = look_ahead
+        self._clock = clock  # seconds; the training thread's wait for a plan is read on it
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fcp-planner") if look_ahead else None
         self._pending: dict[int, Future[Plan]] = {}
         if self._executor is not None:
@@ -48,7 +50,7 @@ class AsyncPlanner:
         """The plan of `step`; in look-ahead mode this also starts planning `step + 1`."""
         if not 0 <= step < self._num_steps:
             raise ValueError(f"step {step} is outside 0..{self._num_steps - 1}")
-        started = time.perf_counter()
+        started = self._clock()
         if self._executor is None:
             plan = self._plan_step(step)
         else:
@@ -56,7 +58,7 @@ class AsyncPlanner:
             future = self._pending.pop(step)
             self._submit(step + 1)
             plan = future.result()
-        return PlannedStep(step=step, plan=plan, wait_ms=(time.perf_counter() - started) * 1e3)
+        return PlannedStep(step=step, plan=plan, wait_ms=(self._clock() - started) * 1e3)
 
     def close(self) -> None:
         """Stops the background thread (pending plans are cancelled)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +64,7 @@ def summarize(values: Sequence[float], statistic: str) -> float:
 
 def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device: torch.device,
                  min_sample_ms: float = 0.0, clock: str = "wall", group: dist.ProcessGroup | None = None,
-                 barrier: bool = True) -> Samples:
+                 barrier: bool = True, clocks: Mapping[str, Callable[[], float]] = CLOCKS) -> Samples:
     """Run ``fn`` ``warmup`` times untimed, then take ``repeats`` timed samples of it.
 
     A sample runs ``fn`` back to back enough times to last about ``min_sample_ms`` (elapsed) and
@@ -73,9 +73,9 @@ def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device:
     the steady sharing that a training round sees. With ``barrier`` (and torch.distributed
     initialised), every rank of ``group`` starts each sample together and runs as many calls per
     sample as the slowest rank needs (so collective operations stay matched). ``clock`` names
-    one of CLOCKS.
+    one of ``clocks`` (CLOCKS; tests pass their own), whose ``wall`` entry also sizes the samples.
     """
-    now = CLOCKS[clock]
+    now, elapsed = clocks[clock], clocks["wall"]
     synced = barrier and dist.is_initialized()
     for _ in range(warmup):
         fn()
@@ -83,10 +83,10 @@ def time_repeats(fn: Callable[[], object], *, warmup: int, repeats: int, device:
     calls = 1
     if min_sample_ms > 0:
         # Sized on elapsed time: a sample should keep every rank busy for min_sample_ms.
-        started = time.perf_counter()
+        started = elapsed()
         fn()
         synchronize(device)
-        single_ms = max((time.perf_counter() - started) * 1e3, 1e-3)
+        single_ms = max((elapsed() - started) * 1e3, 1e-3)
         calls = max(1, math.ceil(min_sample_ms / single_ms))
         if synced:
             calls = _agree_on_calls(calls, device, group)
