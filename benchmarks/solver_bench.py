@@ -29,7 +29,6 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, solve_exact, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
-from mindspeed_mm.core.fcp.solver.lower_bound import unlimited_memory_twin
 
 logger = logging.getLogger("solver_bench")
 PRESET = "a3-qwen3vl-8b"
@@ -43,7 +42,7 @@ class CostTimer:
 
     def __init__(self, cost: CostModel) -> None:
         self.seconds = 0.0
-        for model in (cost, unlimited_memory_twin(cost)):
+        for model in (cost, cost.without_memory_limit()):
             for name in ("best_time_ms", "best_time_table"):
                 method = getattr(model, name, None)
                 if method is not None:

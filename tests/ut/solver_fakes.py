@@ -71,8 +71,18 @@ class FakeCostModel:
         self.per_rank_ms = table.per_rank_ms
         self.algos = tuple(algos)
         self.calls = 0
+        self.batched = batched
         if batched:
             self.best_time_table = self._best_time_table
+
+    def without_memory_limit(self) -> "FakeCostModel":
+        return FakeCostModel(self.table, max_tokens_per_rank=1 << 60, algos=self.algos,
+                             batched=self.batched)
+
+    def best_placed_time_ms(self, workload: FakeWorkload, degree: int, node_part: int) -> tuple[float, str]:
+        times = [float(self.group_time_ms(workload, degree, a, node_part=node_part)) for a in self.algos]
+        k = int(np.argmin(times))
+        return times[k], self.algos[k]
 
     def min_degree(self, tokens: int) -> int:
         return max(1, -(-int(tokens) // self.capacity_tokens))
@@ -92,9 +102,10 @@ class FakeCostModel:
     def ulysses_supported(self, degree: int) -> bool:
         return self.heads % degree == 0
 
-    def group_time_ms(self, workload: FakeWorkload, degrees, algo: str):
+    def group_time_ms(self, workload: FakeWorkload, degrees, algo: str, *, node_part: int | None = None):
         d = np.asarray(degrees, dtype=np.float64)
-        link = np.where(d > self.ranks_per_node, self.inter_node_slowdown, 1.0)
+        node = self.ranks_per_node if node_part is None else node_part
+        link = np.where(d > node, self.inter_node_slowdown, 1.0)
         tokens_per_rank = workload.total_tokens / d
         base = (
             self.launch_ms

@@ -35,7 +35,7 @@ def test_megatron_spreads_samples_over_replicas_longest_first() -> None:
     # CP 2 (150 tokens need 2 ranks), DP 2, micro-batches of at most 200 tokens: one round holds
     # the batch; each 150 opens a micro-batch and each 50 joins the lighter one.
     plan = megatron_static_cp(lengths, cost, SolverConfig(num_ranks=4))
-    assert plan.extras == {"strategy": "megatron_static_cp", "cp_degree": 2, "dp_degree": 2}
+    assert plan.extras == {"strategy": "megatron_static_cp", "cp_degree": 2, "dp_degree": 2, "ranks_per_node": 8}
     assert _layout(plan) == [[((0, 1), (0, 2)), ((2, 3), (1, 3))]]
     assert {g.algo for r in plan.rounds for g in r.groups} == {"ring"}
     validate_plan(plan, lengths, cost)
@@ -74,7 +74,7 @@ def test_static_degree_is_the_smallest_divisor_that_holds_the_longest_sample() -
 def test_static_degree_fixed_for_the_run_is_used_even_if_the_batch_is_short() -> None:
     cost = _tiny()
     plan = megatron_static_cp([50] * 8, cost, SolverConfig(num_ranks=8), cp_degree=4)
-    assert plan.extras == {"strategy": "megatron_static_cp", "cp_degree": 4, "dp_degree": 2}
+    assert plan.extras == {"strategy": "megatron_static_cp", "cp_degree": 4, "dp_degree": 2, "ranks_per_node": 8}
     assert all(g.degree == 4 for r in plan.rounds for g in r.groups)
     with pytest.raises(BaselineInfeasibleError, match="CP degree 3 must divide 8 ranks"):
         megatron_static_cp([50] * 8, cost, SolverConfig(num_ranks=8), cp_degree=3)

@@ -99,6 +99,25 @@ def test_bad_lengths_file_names_file_and_line(tmp_path: Path, capsys: pytest.Cap
 def test_infeasible_sample_names_its_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "lengths.json"
     path.write_text(json.dumps([1000, 2000, 50_000]))
-    assert main(["plan", "--lengths", str(path), "--ranks", "2", "--max-tokens-per-rank", "4096"]) == 2
+    assert main(["plan", "--lengths", str(path), "--ranks", "8", "--max-tokens-per-rank", "4096"]) == 2
     err = capsys.readouterr().err
     assert "sample 2 (length 50000 tokens) needs at least 13 ranks" in err
+
+
+def test_preset_memory_follows_the_real_number_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The preset shards its state over --ranks, not over a whole node: fewer ranks, less room."""
+    from argparse import Namespace
+
+    from mindspeed_mm.core.fcp.commands.options import cost_model_from_args
+
+    def capacity(ranks: int) -> int:
+        args = Namespace(profile=None, preset="a3-qwen3vl-8b", max_tokens_per_rank=None, ranks=ranks,
+                         ranks_per_node=None)
+        return cost_model_from_args(args).capacity_tokens
+
+    assert capacity(8) < capacity(16) < capacity(64)
+    path = tmp_path / "lengths.json"
+    path.write_text(json.dumps([1000, 2000]))
+    assert main(["plan", "--lengths", str(path), "--ranks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "--ranks" in err

@@ -329,9 +329,14 @@ def test_capacity_and_min_degree() -> None:
     assert model.rank_memory_bytes(35000) <= MEMORY * USABLE < model.rank_memory_bytes(35001)
 
 
-def test_max_tokens_per_rank_overrides_capacity() -> None:
+def test_max_tokens_per_rank_only_lowers_the_memory_limit(caplog) -> None:
     model = toy_model(max_tokens_per_rank=1000)
     assert model.capacity_tokens == 1000 and model.min_degree(2500) == 3
+    limit = toy_model().capacity_tokens
+    with caplog.at_level("WARNING"):
+        capped = toy_model(max_tokens_per_rank=5_000_000)
+    assert capped.capacity_tokens == limit < 5_000_000
+    assert "--max-tokens-per-rank" in caplog.text and "capped" in caplog.text
     for bad in (0, -4, 2.5, True):
         with pytest.raises(ValueError, match="max_tokens_per_rank must be a positive int"):
             toy_model(max_tokens_per_rank=bad)
@@ -342,7 +347,19 @@ def test_model_that_does_not_fit() -> None:
     doc["memory"]["static_bytes"] = 6e8
     with pytest.raises(ModelDoesNotFitError, match="model 'toy' does not fit on 'toy'"):
         CostModel(ProfileTable.from_dict(doc))
-    assert CostModel(ProfileTable.from_dict(doc), max_tokens_per_rank=10).capacity_tokens == 10
+    with pytest.raises(ModelDoesNotFitError):
+        CostModel(ProfileTable.from_dict(doc), max_tokens_per_rank=10)   # the option cannot add memory
+
+
+def test_memory_free_copy_holds_any_batch() -> None:
+    model = toy_model()
+    free = model.without_memory_limit()
+    assert free is model.without_memory_limit() and free.without_memory_limit() is free
+    work = model.workload([10 * model.capacity_tokens])
+    assert np.isinf(model.group_time_ms(work, 1, "ring"))
+    assert np.isfinite(free.group_time_ms(work, 1, "ring"))
+    small = model.workload([1000])
+    assert free.group_time_ms(small, 2, "ring") == model.group_time_ms(small, 2, "ring")
 
 
 # ---------------------------------------------------------------- workloads
@@ -453,12 +470,27 @@ def test_crossing_nodes_is_slower_for_communication_bound_groups(a3_8b: CostMode
     assert across > inside
 
 
+@pytest.mark.parametrize("algo", ["ring", "ulysses"])
+def test_group_placed_across_nodes_pays_the_inter_node_cost(algo) -> None:
+    model = CostModel.from_preset("910b-qwen3vl-8b")   # 8 ranks per node
+    work = model.workload([12000, 3000])
+    compact = float(model.group_time_ms(work, 4, algo))
+    assert float(model.group_time_ms(work, 4, algo, node_part=4)) == compact   # inside one node
+    split = [float(model.group_time_ms(work, 4, algo, node_part=m)) for m in (2, 1)]
+    assert compact < split[0] <= split[1]
+    best, chosen = model.best_placed_time_ms(work, 4, 2)
+    assert chosen in model.algos and best == min(float(model.group_time_ms(work, 4, a, node_part=2))
+                                                 for a in model.algos)
+    with pytest.raises(ValueError, match="node_part must be a positive int"):
+        model.group_time_ms(work, 4, algo, node_part=0)
+
+
 def test_full_recompute_costs_time_and_saves_memory() -> None:
     full = CostModel.from_preset("a3-qwen3vl-8b", recompute="full")
     none = CostModel.from_preset("a3-qwen3vl-8b", recompute="none")
     assert full.capacity_tokens > 2 * none.capacity_tokens
-    roomy_full = CostModel(full.table, max_tokens_per_rank=10**6)
-    roomy_none = CostModel(none.table, max_tokens_per_rank=10**6)
+    roomy_full = full.without_memory_limit()
+    roomy_none = none.without_memory_limit()
     work = full.workload([8000, 2000])
     for algo in ALGOS:
         degrees = np.array([1, 2, 4, 8])

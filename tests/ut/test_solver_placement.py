@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mindspeed_mm.core.fcp.solver.placement import place_groups
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part, place_groups
 
 
 def _ranges(degrees, placement):
@@ -71,3 +71,28 @@ def test_thousand_ranks_many_groups():
     degrees += [1] * (1024 - sum(degrees))
     placement, _ = _check(degrees, 1024, 8)
     assert placement.straddling == 0
+
+
+def test_node_parts_are_the_fewest_ranks_of_a_group_on_one_node():
+    assert placed_node_part(0, 8, 8) == 8 and placed_node_part(3, 4, 8) == 4    # inside one node
+    assert placed_node_part(6, 4, 8) == 2 and placed_node_part(7, 3, 8) == 1    # across a boundary
+    assert placed_node_part(0, 16, 8) == 8 and placed_node_part(0, 12, 8) == 4  # larger than a node
+    assert placed_node_part(4, 16, 8) == 4
+    placement = place_groups([7, 3, 6], 16, 8)
+    assert placement.node_parts == tuple(placed_node_part(s, d, 8) for s, d in zip(placement.starts, [7, 3, 6]))
+    assert compact_node_part(3, 8) == 3 and compact_node_part(24, 8) == 8
+
+
+def test_node_aligned_degrees_use_every_rank_in_powers_of_two():
+    from mindspeed_mm.core.fcp.cost import CostModel
+    from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
+
+    cost = CostModel.from_preset("h100-qwen3vl-8b", shard_ranks=16)
+    workloads = [cost.workload([n]) for n in (4346, 4898, 3426)]
+    degrees, times, algos = aligned_degrees(cost, workloads, [1, 1, 1], 16, 16, 8)
+    assert sum(degrees) == 16 and all(d & (d - 1) == 0 for d in degrees)
+    for w, d, t, a in zip(workloads, degrees, times, algos):
+        assert t == float(cost.group_time_ms(w, d, a)) == float(cost.best_time_ms(w, np.array([d]))[0][0])
+    assert place_groups(degrees, 16, 8).straddling == 0
+    assert aligned_degrees(cost, workloads, [1, 1, 1], 12, 12, 6) is None   # node size not a power of two
+    assert aligned_degrees(cost, workloads, [8, 8, 1], 16, 16, 8) is None   # aligned degrees exceed the ranks

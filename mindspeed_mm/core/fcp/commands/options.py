@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost import CostModel, ModelDoesNotFitError
 from mindspeed_mm.core.fcp.solver import SolverConfig
 
 DEFAULT_PRESET = "a3-qwen3vl-8b"
@@ -53,7 +53,8 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-tokens-per-rank",
         type=positive_int,
         metavar="TOKENS",
-        help="cap on LLM tokens one rank may hold (default: the memory limit of the cost model)",
+        help="lower the LLM tokens one rank may hold (default and upper limit: the memory limit of the cost "
+        "model; a larger value is capped at it, with a warning)",
     )
 
 
@@ -69,7 +70,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cost_model_from_args(args: argparse.Namespace) -> CostModel:
-    """The cost model chosen by --preset / --profile, --max-tokens-per-rank and --ranks-per-node."""
+    """The cost model chosen by --preset / --profile, --max-tokens-per-rank and --ranks-per-node. A
+    preset shards parameters, gradients and optimizer state over the --ranks ranks of the run (its
+    FSDP / distributed-optimizer group), so its memory limit is that of the real cluster."""
     ranks_per_node = getattr(args, "ranks_per_node", None)
     if args.profile is not None:
         from mindspeed_mm.core.fcp.cost.table import ProfileTable
@@ -84,8 +87,14 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
             raise ValueError(f"--profile {args.profile}: {err}") from None
     preset = args.preset or DEFAULT_PRESET
     node = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
+    ranks = getattr(args, "ranks", None)
+    if ranks is not None:
+        node["shard_ranks"] = ranks
     try:
         return CostModel.from_preset(preset, max_tokens_per_rank=args.max_tokens_per_rank, **node)
+    except ModelDoesNotFitError as err:
+        raise ValueError(f"--preset {preset} on --ranks {ranks}: {err} (the preset shards the state over "
+                         f"--ranks: raise --ranks or pick a smaller model)") from None
     except (ValueError, KeyError) as err:
         raise ValueError(f"--preset {preset}: {err}") from None
 

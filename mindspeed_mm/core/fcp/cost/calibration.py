@@ -236,29 +236,32 @@ class CalibratedCostModel(CostModel):
     """
 
     def __init__(self, table: ProfileTable, *, max_tokens_per_rank: int | None = None,
-                 algos: Sequence[str] = ALGOS) -> None:
-        super().__init__(table, max_tokens_per_rank=max_tokens_per_rank, algos=algos)
+                 algos: Sequence[str] = ALGOS, memory_limited: bool = True) -> None:
+        super().__init__(table, max_tokens_per_rank=max_tokens_per_rank, algos=algos, memory_limited=memory_limited)
         self.corrections: CorrectionTable = (table.corrections if isinstance(table, CalibratedTable)
                                              else CorrectionTable())
         """Factors applied to the group times."""
         plain = {f.name: getattr(table, f.name) for f in dataclasses.fields(ProfileTable)}
-        self.base = CostModel(ProfileTable(**plain), max_tokens_per_rank=self.capacity_tokens, algos=self.algos)
+        self.base = CostModel(ProfileTable(**plain), algos=self.algos, memory_limited=memory_limited,
+                              max_tokens_per_rank=self.capacity_tokens if memory_limited else None)
         """The same model without corrections."""
 
     @classmethod
     def calibrated(cls, base: CostModel, corrections: CorrectionTable) -> "CalibratedCostModel":
         """`base` (its table, capacity and algos) with `corrections` applied."""
         plain = {f.name: getattr(base.table, f.name) for f in dataclasses.fields(ProfileTable)}
-        return cls(CalibratedTable(**plain, corrections=corrections), max_tokens_per_rank=base.capacity_tokens,
-                   algos=base.algos)
+        return cls(CalibratedTable(**plain, corrections=corrections), algos=base.algos,
+                   memory_limited=base.memory_limited,
+                   max_tokens_per_rank=base.capacity_tokens if base.memory_limited else None)
 
     def uncorrected_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str) -> np.ndarray | float:
         """The base model's group time (what the factors multiply)."""
         return self.base.group_time_ms(workload, degrees, algo)
 
-    def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str) -> np.ndarray:
+    def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
+                    node_part: int | None = None) -> np.ndarray:
         # The one hook every time query of CostModel goes through.
-        times = super()._algo_times(columns, d_int, algo)
+        times = super()._algo_times(columns, d_int, algo, node_part)
         if self.corrections.is_identity:
             return times
         return times * self.corrections.factor_array(d_int, algo)

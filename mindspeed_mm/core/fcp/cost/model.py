@@ -14,6 +14,8 @@ padding to 2d chunks is ignored), so a group of degree d can hold d x capacity_t
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from typing import Any, Sequence
 
@@ -27,7 +29,11 @@ from mindspeed_mm.core.fcp.cost.table import ProfileTable
 from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
 from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
+logger = logging.getLogger(__name__)
+
 ALGOS = ("ring", "ulysses")
+# Tokens per rank of a model without memory limit (`without_memory_limit`).
+UNLIMITED_TOKENS = 1 << 60
 # Lengths from this size on have squares summed with Python integers (int64 could overflow).
 _EXACT_SQUARE_LIMIT = 1 << 31
 
@@ -40,7 +46,7 @@ class CostModel:
     """Per-rank memory and group forward+backward time, from one profile table."""
 
     def __init__(self, table: ProfileTable, *, max_tokens_per_rank: int | None = None,
-                 algos: Sequence[str] = ALGOS) -> None:
+                 algos: Sequence[str] = ALGOS, memory_limited: bool = True) -> None:
         table.validate()
         algos = tuple(algos)
         if not algos or len(set(algos)) != len(algos) or any(a not in ALGOS for a in algos):
@@ -53,8 +59,10 @@ class CostModel:
         times the earlier one wins)."""
         self.ranks_per_node: int = table.hardware.ranks_per_node
         """Ranks per node; a group of more ranks spans nodes."""
-        self.capacity_tokens: int = self._capacity(max_tokens_per_rank)
-        """Most LLM tokens one rank can hold."""
+        self.memory_limited: bool = memory_limited
+        """False for the memory-free copy (`without_memory_limit`): every degree holds any batch."""
+        self.capacity_tokens: int = self._capacity(max_tokens_per_rank) if memory_limited else UNLIMITED_TOKENS
+        """Most LLM tokens one rank can hold: the memory limit, lowered by `max_tokens_per_rank`."""
         self.coefficients = StageCoefficients.from_table(table)
         """Scalar constants of the time model."""
         layers = table.layers_per_stage
@@ -64,6 +72,16 @@ class CostModel:
         self._ring_table: RingDegreeTerms | None = None
         self._ulysses = UlyssesTimer(self.coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms,
                                                                   layers, tm.all_to_all_by_group_size_ms))
+        self._placed_timers: dict[int, tuple[RingTimer, UlyssesTimer]] = {}
+        self._memory_free: CostModel | None = None
+
+    def without_memory_limit(self) -> "CostModel":
+        """The same model (same class, table and algos) with no memory limit, built once."""
+        if not self.memory_limited:
+            return self
+        if self._memory_free is None:
+            self._memory_free = type(self)(self.table, algos=self.algos, memory_limited=False)
+        return self._memory_free
 
     @classmethod
     def from_preset(cls, name: str, *, max_tokens_per_rank: int | None = None,
@@ -75,11 +93,22 @@ class CostModel:
         return cls(preset_table(name, **table_options), max_tokens_per_rank=max_tokens_per_rank, algos=algos)
 
     def _capacity(self, max_tokens_per_rank: int | None) -> int:
+        """The memory limit in tokens per rank; `max_tokens_per_rank` only lowers it. A larger value
+        is capped at the memory limit (with a warning naming the option): a rank cannot hold more
+        than its memory."""
         if max_tokens_per_rank is not None:
             if isinstance(max_tokens_per_rank, bool) or not isinstance(max_tokens_per_rank, (int, np.integer)) \
                     or max_tokens_per_rank < 1:
                 raise ValueError(f"max_tokens_per_rank must be a positive int, got {max_tokens_per_rank!r}")
-            return int(max_tokens_per_rank)
+        memory = self._memory_capacity(max_tokens_per_rank)
+        if max_tokens_per_rank is None or max_tokens_per_rank <= memory:
+            return memory if max_tokens_per_rank is None else int(max_tokens_per_rank)
+        logger.warning("max_tokens_per_rank (--max-tokens-per-rank / fcp_max_tokens_per_rank) = %d is above the "
+                       "%d tokens the memory of a rank holds; capped at %d (the option can only lower the limit)",
+                       max_tokens_per_rank, memory, memory)
+        return memory
+
+    def _memory_capacity(self, max_tokens_per_rank: int | None) -> int:
         hw, mem = self.table.hardware, self.table.memory
         usable = hw.memory_bytes * hw.usable_memory_fraction
         free = usable - mem.static_bytes - mem.workspace_bytes
@@ -89,7 +118,7 @@ class CostModel:
                 f"model '{self.table.model.name}' does not fit on '{hw.name}': static "
                 f"{mem.static_bytes / 2**30:.2f} GiB + workspace {mem.workspace_bytes / 2**30:.2f} GiB leave no "
                 f"room for one token in {usable / 2**30:.2f} GiB usable; raise tp / pp, shard the optimizer "
-                f"wider or pass max_tokens_per_rank")
+                f"wider (sharding / shard_ranks)")
         return capacity
 
     def _bytes_per_token(self) -> float:
@@ -149,19 +178,26 @@ class CostModel:
         """Whether Ulysses can split this model's (per TP rank) heads over `degree` ranks."""
         return self._ulysses.supported(int(degree))
 
-    def group_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str) -> np.ndarray | float:
+    def group_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str, *,
+                      node_part: int | None = None) -> np.ndarray | float:
         """Forward+backward time (ms) of `workload` on groups of each degree with `algo`.
 
         `degrees` is an int or a 1-D int array; the result is a float or a new array, inf where
         the degree is infeasible (memory, or Ulysses head divisibility). Cost O(len(degrees)),
         independent of the number of documents.
+
+        `node_part`: the fewest of the group's ranks on one node, for a group already placed
+        (`placed_node_part`); a group of d ranks with node_part < d crosses nodes and pays the
+        inter-node cost: a ring is paced by its slowest hop, and the rank with the fewest peers on
+        its node sends d - node_part shares of each all-to-all across nodes. None (the planner's
+        search) assumes the compact placement: inside one node when d <= ranks_per_node.
         """
         if algo not in ALGOS:
             raise ValueError(f"unknown algo {algo!r}; valid: {list(ALGOS)}")
         d_int, scalar = _degree_vector(degrees)
         columns = WorkloadColumns.stack([workload])
         d_row = d_int[None, :]
-        out = self._algo_times(columns, d_row, algo)
+        out = self._algo_times(columns, d_row, algo, node_part)
         self._mask_memory(columns, d_row, out)
         return float(out[0, 0]) if scalar else out[0]
 
@@ -170,6 +206,13 @@ class CostModel:
         d_int, _ = _degree_vector(degrees)
         times, index = self.best_time_table([workload], d_int[None, :])
         return times[0], index[0]
+
+    def best_placed_time_ms(self, workload: GroupWorkload, degree: int, node_part: int) -> tuple[float, str]:
+        """(time, algo) of the fastest of `self.algos` for one placed group (`group_time_ms`'s
+        `node_part`); on equal times the earlier algo wins."""
+        times = [float(self.group_time_ms(workload, degree, algo, node_part=node_part)) for algo in self.algos]
+        k = int(np.argmin(times))
+        return times[k], self.algos[k]
 
     def best_time_table(self, workloads: Sequence[GroupWorkload] | WorkloadColumns,
                         degrees: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -197,11 +240,31 @@ class CostModel:
         self._mask_memory(columns, d_int, best)
         return best, index
 
-    def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str) -> np.ndarray:
-        """Times [K, W] of one algo, memory not checked."""
+    def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
+                    node_part: int | None = None) -> np.ndarray:
+        """Times [K, W] of one algo, memory not checked; `node_part` as in `group_time_ms`."""
+        if node_part is not None and node_part != self.ranks_per_node:
+            ring, ulysses = self._placed(node_part)
+            return ring.times(columns, ring.terms(d_int)) if algo == "ring" else ulysses.times(columns, d_int)
         if algo == "ring":
             return self._ring.times(columns, self._ring_terms(d_int))
         return self._ulysses.times(columns, d_int)
+
+    def _placed(self, node_part: int) -> tuple[RingTimer, UlyssesTimer]:
+        """Timers of groups whose emptiest node holds `node_part` of their ranks: the default ones
+        with that as the node size (intra-node peers node_part - 1, the rest across nodes)."""
+        if isinstance(node_part, bool) or not isinstance(node_part, (int, np.integer)) or node_part < 1:
+            raise ValueError(f"node_part must be a positive int, got {node_part!r}")
+        timers = self._placed_timers.get(int(node_part))
+        if timers is None:
+            tm, layers = self.table.time, self.table.layers_per_stage
+            coefficients = dataclasses.replace(self.coefficients, ranks_per_node=int(node_part))
+            timers = (RingTimer(coefficients, CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers,
+                                                        tm.p2p_by_group_size_ms)),
+                      UlyssesTimer(coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms, layers,
+                                                           tm.all_to_all_by_group_size_ms)))
+            self._placed_timers[int(node_part)] = timers
+        return timers
 
     def _ring_terms(self, d_int: np.ndarray) -> RingDegreeTerms:
         """The ring's degree terms of a degree matrix, gathered from a table of every degree up to the

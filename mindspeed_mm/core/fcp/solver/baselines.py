@@ -24,7 +24,7 @@ validation, simulation and reports treat all strategies alike.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -33,6 +33,7 @@ from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
+from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
 
@@ -106,12 +107,15 @@ def _group(
     lengths: np.ndarray,
     patches: Sequence[int] | None,
     cost: CostModel,
+    ranks_per_node: int,
     workload: GroupWorkload | None = None,
 ) -> GroupPlan:
-    """A group on ranks first_rank.. timed by the cost model (`workload` if already aggregated)."""
+    """A group on ranks first_rank.. timed by the cost model where it is placed (`workload` if
+    already aggregated)."""
     if workload is None:
         workload = _workload(cost, samples, lengths, patches)
-    predicted = float(cost.group_time_ms(workload, degree, algo))
+    part = placed_node_part(first_rank, degree, ranks_per_node)
+    predicted = float(cost.group_time_ms(workload, degree, algo, node_part=part))
     return GroupPlan(
         ranks=tuple(range(first_rank, first_rank + degree)),
         degree=degree,
@@ -159,7 +163,7 @@ def _plan(
         lower_bound_ms=float(bound),
         solver_ms=(time.perf_counter() - started) * 1e3,
         num_ranks=config.num_ranks,
-        extras=extras,
+        extras={**extras, "ranks_per_node": config.ranks_per_node},
     )
 
 
@@ -251,14 +255,16 @@ def _homogeneous_plan(
             f"at {cost.capacity_tokens} tokens per rank"
         )
     replicas = config.num_ranks // degree
+    rpn = config.ranks_per_node
     packs = [
-        _group(0, degree, algo, pack, lengths, patches, cost)
+        _group(0, degree, algo, pack, lengths, patches, cost, rpn)
         for pack in _balanced_packs(lengths, patches, cost, degree, algo, replicas)
     ]
     # Slowest micro-batches share a round: sorted chunks minimise the sum of the round maxima.
     packs.sort(key=lambda g: (-g.predicted_ms, g.samples))
     rounds = [
-        _round([replace(g, ranks=_block(j, degree)) for j, g in enumerate(packs[i : i + replicas])])
+        _round([_group(j * degree, degree, algo, g.samples, lengths, patches, cost, rpn)
+                for j, g in enumerate(packs[i : i + replicas])])
         for i in range(0, len(packs), replicas)
     ]
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}
@@ -388,7 +394,8 @@ def mcore_dynamic_cp(
         groups.sort(key=lambda g: -g.degree)
         placed, first = [], 0
         for g in groups:
-            placed.append(_group(first, g.degree, RING, g.samples, values, patches, cost, g.workload))
+            placed.append(_group(first, g.degree, RING, g.samples, values, patches, cost, config.ranks_per_node,
+                                 g.workload))
             first += g.degree
         rounds.append(_round(placed))
         remaining = deferred

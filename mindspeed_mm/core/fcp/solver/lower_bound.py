@@ -6,7 +6,7 @@ Two bounds, the larger counts:
   is no communication and the time is affine in the additive workload: T(S, 1) = F + sum over S of
   (T({i}, 1) - F), with F = T({}, 1) the fixed cost of a group. With at least R_min rounds of at
   least one group each, the step takes at least (R_min * F + T(V, 1) - F) / N for the whole batch V.
-  T(., 1) is read from a copy of the cost model without the memory limit (a long sample's single-
+  T(., 1) is read from the cost model's copy without the memory limit (`without_memory_limit`) (a long sample's single-
   rank time is a bound even if it could never run there). Summing each sample's best device time
   min_d d * T({i}, d) instead would not be a bound: packing lets one sample's ring transfers hide
   under another's compute and shares the launch cost, so a packed group can use fewer
@@ -17,7 +17,6 @@ Two bounds, the larger counts:
 """
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -26,20 +25,6 @@ from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
-
-# Tokens per rank of the memory-unlimited copy of a cost model.
-_UNLIMITED_TOKENS = 1 << 60
-_UNLIMITED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-
-
-def unlimited_memory_twin(cost: "CostModel") -> "CostModel":
-    """The same cost model with no memory limit (cached per cost model)."""
-    twin = _UNLIMITED.get(cost)
-    if twin is None:
-        twin = type(cost)(cost.table, max_tokens_per_rank=_UNLIMITED_TOKENS, algos=cost.algos)
-        _UNLIMITED[cost] = twin
-    return twin
-
 
 def undominated_samples(lengths: Sequence[int], patches: Sequence[int] | None) -> list[int]:
     """Samples that no other sample beats in both length and patches (one per identical pair)."""
@@ -63,7 +48,7 @@ def step_lower_bound(
     min_rounds: int,
 ) -> float:
     """max(work bound, longest-sample bound) for one step; see the module docstring."""
-    twin = GroupTimer(unlimited_memory_twin(cost), 1)
+    twin = GroupTimer(cost.without_memory_limit(), 1)
     times, _ = twin.evaluate([cost.workload(lengths, patches), cost.workload([])], [1, 1], 1, 1)
     whole_ms, empty_ms = times[:, 0].tolist()
     return max(work_bound(whole_ms, empty_ms, num_ranks, min_rounds),

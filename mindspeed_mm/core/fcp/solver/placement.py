@@ -6,7 +6,9 @@ node -- the partial node after the large groups, then whole nodes -- so that non
 boundary: an exact bin packing (depth-first, largest first, bounded). When none exists, groups are laid
 out node by node, largest that still fits first; a group that fits nowhere crosses a node boundary
 (counted and logged).
-The result depends only on the degrees, so every rank computes the same placement.
+The result depends only on the degrees, so every rank computes the same placement. `node_parts` tells
+the cost model where each group landed (`CostModel.group_time_ms`'s `node_part`), so a group that
+crosses a node boundary is priced at the inter-node cost it pays.
 """
 from __future__ import annotations
 
@@ -28,6 +30,30 @@ class Placement:
     """starts[k]: first rank of group k; it holds ranks starts[k] .. starts[k] + degree_k - 1."""
     straddling: int
     """Groups of at most ranks_per_node ranks that nevertheless cross a node boundary."""
+    node_parts: tuple[int, ...] = ()
+    """node_parts[k]: the fewest of group k's ranks on one node it touches (its degree when inside one node)."""
+
+
+def placed_node_part(first_rank: int, degree: int, ranks_per_node: int) -> int:
+    """The fewest of the ranks first_rank .. first_rank + degree - 1 on one node they touch."""
+    last = first_rank + degree - 1
+    first_node, last_node = first_rank // ranks_per_node, last // ranks_per_node
+    if first_node == last_node:
+        return degree
+    head = (first_node + 1) * ranks_per_node - first_rank
+    tail = last - last_node * ranks_per_node + 1
+    return min(head, tail, ranks_per_node)
+
+
+def compact_node_part(degree: int, ranks_per_node: int) -> int:
+    """The node part the planner's search assumes for a group of `degree` ranks: inside one node when
+    it fits, else whole nodes (the cost model's default pricing)."""
+    return degree if degree <= ranks_per_node else ranks_per_node
+
+
+def _placement(starts: list[int], degrees: Sequence[int], straddling: int, ranks_per_node: int) -> "Placement":
+    parts = tuple(placed_node_part(s, d, ranks_per_node) for s, d in zip(starts, degrees))
+    return Placement(tuple(starts), straddling, parts)
 
 
 def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) -> Placement:
@@ -52,7 +78,7 @@ def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) ->
         for item, b in enumerate(assignment):
             starts[small[item]] = fill[b]
             fill[b] += small_sizes[item]
-        return Placement(tuple(starts), 0)
+        return _placement(starts, degrees, 0, ranks_per_node)
     straddling = 0
     remaining = list(small)
     while remaining:
@@ -66,7 +92,7 @@ def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) ->
         starts[k] = position
         position += degrees[k]
     logger.debug("placement: %d group(s) of at most %d ranks cross a node boundary", straddling, ranks_per_node)
-    return Placement(tuple(starts), straddling)
+    return _placement(starts, degrees, straddling, ranks_per_node)
 
 
 def _free_bins(first_free: int, num_ranks: int, ranks_per_node: int) -> list[tuple[int, int]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
+from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -209,9 +210,13 @@ def validate_plan(
 
     Checks: every sample in exactly one group; each round's groups are contiguous rank ranges that
     cover 0..N-1 exactly once (so degrees sum to N); every group fits in memory and its algo is
-    feasible at its degree (finite predicted time); round and step times are consistent.
+    feasible at its degree (finite predicted time) and its predicted time is not below the cost of
+    the group where it is placed (a group crossing a node pays the inter-node cost); round and step
+    times are consistent.
     """
     n = plan.num_ranks
+    # The node size the plan was placed with (the planner records it), else the cost model's.
+    node = int(plan.extras.get("ranks_per_node", cost.ranks_per_node))
     seen: dict[int, int] = {}
     for r, round_plan in enumerate(plan.rounds):
         covered = 0
@@ -244,8 +249,13 @@ def validate_plan(
                 [int(lengths[s]) for s in group.samples],
                 None if patches is None else [int(patches[s]) for s in group.samples],
             )
-            if not math.isfinite(float(cost.group_time_ms(workload, group.degree, group.algo))):
+            part = placed_node_part(group.ranks[0], group.degree, node)
+            placed_ms = float(cost.group_time_ms(workload, group.degree, group.algo, node_part=part))
+            if not math.isfinite(placed_ms):
                 raise InvalidPlanError(f"{where}: algo {group.algo!r} is infeasible at degree {group.degree}")
+            if group.predicted_ms < placed_ms * (1 - 1e-6):
+                raise InvalidPlanError(f"{where}: predicted {group.predicted_ms} ms is below the {placed_ms} ms "
+                                       f"the cost model gives the group where it is placed")
         if covered != n:
             raise InvalidPlanError(f"round {r}: degrees sum to {covered}, expected num_ranks={n}")
         slowest = max((g.predicted_ms for g in round_plan.groups), default=0.0)

@@ -24,8 +24,9 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
-from mindspeed_mm.core.fcp.solver.placement import place_groups
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
@@ -104,15 +105,17 @@ def plan_batch(
     else:
         best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound)
 
-    rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node) for choice in best)
+    rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, lengths, patch_list, top)
+                   for choice in best)
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
         rounds=tuple(r[0] for r in rounds),
-        predicted_ms=float(sum(choice.makespan for choice in best)),
+        predicted_ms=float(sum(r[0].predicted_ms for r in rounds)),
         lower_bound_ms=float(lower_bound),
         solver_ms=(time.perf_counter() - started) * 1e3,
         num_ranks=n_ranks,
-        extras={"cross_node_groups": straddling, "cost_calls": solver.cost_calls},
+        extras={"cross_node_groups": straddling, "cost_calls": solver.cost_calls,
+                "ranks_per_node": config.ranks_per_node},
     )
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
@@ -241,13 +244,43 @@ def _no_plan(limit: int, n_ranks: int, capacity: int) -> ValueError:
                       f"({capacity} tokens per rank)")
 
 
-def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int) -> tuple[RoundPlan, int]:
-    placement = place_groups([g.degree for g in choice.groups], n_ranks, ranks_per_node)
-    groups = []
-    for start, k in sorted(zip(placement.starts, range(len(choice.groups)))):  # by first rank
-        g = choice.groups[k]
-        groups.append(GroupPlan(tuple(range(start, start + g.degree)), g.degree, g.algo, g.samples, g.predicted_ms))
-    return RoundPlan(tuple(groups), choice.makespan), placement.straddling
+def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",
+                  lengths: list[int], patches: list[int] | None, top_degree: int) -> tuple[RoundPlan, int]:
+    """The round on contiguous rank ranges. A group placed across more nodes than the search assumed
+    is re-priced (its algo re-chosen) where it landed; the same groups on node-aligned degrees
+    (`node_repair`) replace the round when they are faster as placed."""
+    groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
+    placed = _priced(groups, n_ranks, ranks_per_node, cost, lengths, patches)
+    if placed[1] == 0:
+        return placed
+    workloads = [_group_workload(cost, g.samples, lengths, patches) for g in choice.groups]
+    mins = [cost.min_degree(sum(lengths[i] for i in g.samples)) for g in choice.groups]
+    aligned = aligned_degrees(cost, workloads, mins, n_ranks, top_degree, ranks_per_node)
+    if aligned is not None:
+        other = _priced([(d, a, g.samples, t) for d, t, a, g in zip(*aligned, choice.groups)], n_ranks,
+                        ranks_per_node, cost, lengths, patches)
+        if other[0].predicted_ms < placed[0].predicted_ms:
+            return other
+    return placed
+
+
+def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int, ranks_per_node: int,
+            cost: "CostModel", lengths: list[int], patches: list[int] | None) -> tuple[RoundPlan, int]:
+    """(degree, algo, samples, time) groups placed, each priced where it landed; and the count of
+    groups that fit a node but cross a node boundary."""
+    placement = place_groups([g[0] for g in groups], n_ranks, ranks_per_node)
+    out = []
+    for start, k in sorted(zip(placement.starts, range(len(groups)))):  # by first rank
+        degree, algo, samples, predicted = groups[k]
+        part = placement.node_parts[k]
+        if part != compact_node_part(degree, ranks_per_node):
+            predicted, algo = cost.best_placed_time_ms(_group_workload(cost, samples, lengths, patches), degree, part)
+        out.append(GroupPlan(tuple(range(start, start + degree)), degree, algo, samples, predicted))
+    return RoundPlan(tuple(out), max(g.predicted_ms for g in out)), placement.straddling
+
+
+def _group_workload(cost: "CostModel", samples: Sequence[int], lengths: list[int], patches: list[int] | None):
+    return cost.workload([lengths[i] for i in samples], None if patches is None else [patches[i] for i in samples])
 
 
 def _sample_facts(

@@ -24,7 +24,6 @@ import numpy as np
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 from mindspeed_mm.core.fcp.solver.degree_dp import beats, optimal_makespan, realise
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.lower_bound import unlimited_memory_twin
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest, min_degree_for
 
 # A change must shorten the round by more than this fraction to count as an improvement.
@@ -204,7 +203,7 @@ class RoundSolver:
     def memory_free_timer(self) -> GroupTimer:
         """Times on the cost model without its memory limit."""
         if self._twin is None:
-            self._twin = GroupTimer(unlimited_memory_twin(self.timer.cost), self.top_degree)
+            self._twin = GroupTimer(self.timer.cost.without_memory_limit(), self.top_degree)
         return self._twin
 
     def whole_batch_ms(self) -> tuple[np.ndarray, np.ndarray]:
