@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, SolverConfig, validate_plan
+from dataclasses import replace
+
+from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, InvalidPlanError, SolverConfig, validate_plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, deepspeed_ulysses, megatron_static_cp
@@ -87,7 +90,7 @@ def test_max_rounds_is_respected_or_named():
     lengths = [3000] * 12
     plan = plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=2))
     assert plan.num_rounds <= 2
-    with pytest.raises(ValueError, match="max_rounds=1"):
+    with pytest.raises(ValueError, match=r"the 1 rounds allowed \(SolverConfig.max_rounds\).*--ranks"):
         plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=1))
 
 
@@ -219,3 +222,26 @@ def test_group_placed_across_a_node_boundary_is_priced_where_it_runs():
         assert (g.predicted_ms, g.algo) == cost.best_placed_time_ms(workload, g.degree, part)
         assert g.predicted_ms > float(cost.best_time_ms(workload, g.degree)[0][0])
     assert plan.predicted_ms == sum(max(g.predicted_ms for g in r.groups) for r in plan.rounds)
+
+
+def test_short_sample_on_many_ranks_leaves_ranks_idle_when_allowed():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=1024)
+    forced = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16))
+    idle = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16, allow_idle_ranks=True))
+    validate_plan(idle, [5000], cost)
+    (group,) = [g for g in idle.rounds[0].groups if g.samples]
+    times = cost.best_time_ms(cost.workload([5000]), np.arange(1, 1025))[0]
+    assert group.degree == int(np.argmin(times)) + 1 < 1024
+    assert group.predicted_ms == idle.predicted_ms == float(times.min()) < forced.predicted_ms
+    assert sum(g.degree for g in idle.rounds[0].groups if g.algo == IDLE) == 1024 - group.degree
+
+
+def test_idle_groups_hold_nothing():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    plan = plan_batch([5000], cost, SolverConfig(64, ranks_per_node=16, allow_idle_ranks=True))
+    first = plan.rounds[0].groups[-1]
+    assert first.algo == IDLE
+    bad = replace(plan, rounds=(replace(plan.rounds[0], groups=plan.rounds[0].groups[:-1]
+                                        + (replace(first, samples=(0,)),)),))
+    with pytest.raises(InvalidPlanError, match="idle group holds no samples"):
+        validate_plan(bad, [5000], cost)

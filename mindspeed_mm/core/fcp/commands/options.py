@@ -67,6 +67,12 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="ranks sharing a node's fast link (default: the cost model's hardware)",
     )
     parser.add_argument("--max-degree", type=positive_int, help="largest CP group (default: --ranks)")
+    parser.add_argument(
+        "--allow-idle-ranks",
+        action="store_true",
+        help="let FCP leave ranks idle in a round when a smaller group is faster (planning and simulation "
+        "only: the executor runs every rank in every round)",
+    )
 
 
 def cost_model_from_args(args: argparse.Namespace) -> CostModel:
@@ -103,4 +109,5 @@ def solver_config_from_args(args: argparse.Namespace, cost: CostModel) -> Solver
     """The cluster shape from --ranks and --max-degree; the node size is the cost model's."""
     if args.max_degree is not None and args.max_degree > args.ranks:
         raise ValueError(f"--max-degree {args.max_degree} exceeds --ranks {args.ranks}")
-    return SolverConfig(num_ranks=args.ranks, ranks_per_node=cost.ranks_per_node, max_degree=args.max_degree)
+    return SolverConfig(num_ranks=args.ranks, ranks_per_node=cost.ranks_per_node, max_degree=args.max_degree,
+                        allow_idle_ranks=args.allow_idle_ranks)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
 
 _TIME_RTOL = 1e-9
+IDLE = "idle"
+"""Algo of a group of ranks that run nothing in a round (no samples, 0 ms)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class SolverConfig:
     """Largest allowed group degree; None means `num_ranks`."""
     max_rounds: int | None = None
     """Largest allowed number of rounds per step; None lets the planner choose."""
+    allow_idle_ranks: bool = False
+    """Let ranks sit a round out (`IDLE` groups) when a smaller group is faster than the ranks it
+    would otherwise be given (one short sample on many ranks). Off by default: the executor runs
+    every rank in a group of every round."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_ranks, int) or self.num_ranks <= 0:
@@ -229,6 +235,10 @@ def validate_plan(
             if group.ranks[0] != covered:
                 raise InvalidPlanError(f"round {r}: ranks {covered}.. are not covered exactly once")
             covered += group.degree
+            if group.algo == IDLE:
+                if group.samples or group.predicted_ms != 0.0:
+                    raise InvalidPlanError(f"{where}: an idle group holds no samples and takes 0 ms")
+                continue
             if group.algo not in cost.algos:
                 raise InvalidPlanError(f"{where}: unknown algo {group.algo!r}")
             if not group.samples:

@@ -27,8 +27,8 @@ from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
-from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
-from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
+from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.round_layout import GroupChoice, RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
@@ -105,6 +105,8 @@ def plan_batch(
     else:
         best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound)
 
+    if config.allow_idle_ranks:
+        best = [_with_idle_ranks(choice, cost, lengths, patch_list) for choice in best]
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, lengths, patch_list, top)
                    for choice in best)
     straddling = sum(r[1] for r in rounds)
@@ -240,8 +242,11 @@ def _round_limit(lengths: list[int], max_rounds: int | None) -> int:
 
 
 def _no_plan(limit: int, n_ranks: int, capacity: int) -> ValueError:
-    return ValueError(f"no plan fits the batch in at most max_rounds={limit} rounds on {n_ranks} ranks "
-                      f"({capacity} tokens per rank)")
+    # Without a round limit every sample that fits a group has a round of its own, so only the
+    # limit can make the batch infeasible.
+    return ValueError(f"no plan fits the batch in the {limit} rounds allowed (SolverConfig.max_rounds) on {n_ranks} "
+                      f"ranks at {capacity} tokens per rank: allow more rounds, or give the step more ranks "
+                      f"(--ranks) or more memory per rank (--preset / --profile)")
 
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",
@@ -251,7 +256,7 @@ def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: 
     (`node_repair`) replace the round when they are faster as placed."""
     groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
     placed = _priced(groups, n_ranks, ranks_per_node, cost, lengths, patches)
-    if placed[1] == 0:
+    if placed[1] == 0 or any(g.algo == IDLE for g in choice.groups):
         return placed
     workloads = [_group_workload(cost, g.samples, lengths, patches) for g in choice.groups]
     mins = [cost.min_degree(sum(lengths[i] for i in g.samples)) for g in choice.groups]
@@ -264,6 +269,31 @@ def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: 
     return placed
 
 
+def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", lengths: list[int],
+                     patches: list[int] | None) -> RoundChoice:
+    """Each group on the degree, up to the ranks it was given, where it runs fastest; the ranks it
+    then leaves sit the round out as 1-rank idle groups."""
+    kept: list[GroupChoice] = []
+    idle = 0
+    for g in choice.groups:
+        first = cost.min_degree(sum(lengths[i] for i in g.samples))
+        if g.degree <= first:
+            kept.append(g)
+            continue
+        times, index = cost.best_time_ms(_group_workload(cost, g.samples, lengths, patches),
+                                         np.arange(first, g.degree + 1))
+        k = int(np.argmin(times))
+        if not times[k] < g.predicted_ms * (1 - 1e-9):
+            kept.append(g)
+            continue
+        kept.append(GroupChoice(g.samples, first + k, cost.algos[int(index[k])], float(times[k])))
+        idle += g.degree - first - k
+    if not idle:
+        return choice
+    kept.extend(GroupChoice((), 1, IDLE, 0.0) for _ in range(idle))
+    return RoundChoice(tuple(kept), max(g.predicted_ms for g in kept))
+
+
 def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int, ranks_per_node: int,
             cost: "CostModel", lengths: list[int], patches: list[int] | None) -> tuple[RoundPlan, int]:
     """(degree, algo, samples, time) groups placed, each priced where it landed; and the count of
@@ -273,7 +303,7 @@ def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int,
     for start, k in sorted(zip(placement.starts, range(len(groups)))):  # by first rank
         degree, algo, samples, predicted = groups[k]
         part = placement.node_parts[k]
-        if part != compact_node_part(degree, ranks_per_node):
+        if algo != IDLE and part != compact_node_part(degree, ranks_per_node):
             predicted, algo = cost.best_placed_time_ms(_group_workload(cost, samples, lengths, patches), degree, part)
         out.append(GroupPlan(tuple(range(start, start + degree)), degree, algo, samples, predicted))
     return RoundPlan(tuple(out), max(g.predicted_ms for g in out)), placement.straddling

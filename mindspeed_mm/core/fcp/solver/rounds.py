@@ -30,8 +30,10 @@ def round_counts(
     if max_rounds is not None:
         if first > max_rounds:
             raise ValueError(
-                f"max_rounds={max_rounds} is too few: the batch's {sum(lengths)} tokens need at least "
-                f"{first} rounds of {num_ranks} ranks x {capacity_tokens} tokens"
+                f"the {max_rounds} rounds allowed (SolverConfig.max_rounds) are too few: the batch's "
+                f"{sum(lengths)} tokens need at least {first} rounds of {num_ranks} ranks x {capacity_tokens} "
+                f"tokens; allow more rounds, or give the step more ranks (--ranks) or more memory per rank "
+                f"(--preset / --profile)"
             )
         last = min(last, max_rounds)
     return list(range(first, max(first, last) + 1))
