@@ -12,7 +12,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_namespace_packages(include=["mindspeed_mm", "mindspeed_mm.*"]),
+    packages=find_namespace_packages(include=["mindspeed_mm", "mindspeed_mm.*", "mindspeed_mm_fcp"]),
     package_data={"mindspeed_mm.core.fcp": ["cost/presets/*.json", "configs/*.yaml"]},
     install_requires=[
         "torch==2.13.0",

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Qwen3-VL-8B full SFT with FCP on Atlas A3 (16 dies per node; each die is one rank).
 # The entry script must register FCP once, before `import mindspeed.megatron_adaptor`:
-#     import mindspeed_mm.features_manager.register_fcp  # noqa: F401
+#     import mindspeed_mm_fcp.register  # noqa: F401
 # (see docs/zh/features/parallel/fcp.md). Switching back to static CP only needs
 # context_parallel_algo: ulysses_cp_algo and context_parallel_size in the YAML.
 

@@ -4,7 +4,7 @@ import argparse
 import pytest
 
 from mindspeed_mm.features_manager.fcp import FCPFeature
-from mindspeed_mm.features_manager.fcp.mindspeed_compat import MindSpeedFeature
+from mindspeed_mm_fcp.mindspeed_compat import MindSpeedFeature
 
 
 def megatron_like_parser(with_cp_algo: bool = True) -> argparse.ArgumentParser:

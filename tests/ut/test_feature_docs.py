@@ -96,7 +96,7 @@ def test_every_patch_target_is_listed_with_its_reason() -> None:
 def test_entry_line_is_the_documented_one() -> None:
     for path in (DOC, README, EXAMPLES / "finetune_qwen3vl_8B_fcp.sh"):
         assert ENTRY_LINE.split("  #")[0] in path.read_text(encoding="utf-8"), path
-    assert (ROOT / "mindspeed_mm" / "features_manager" / "register_fcp.py").is_file()
+    assert (ROOT / "mindspeed_mm_fcp" / "register.py").is_file()
 
 
 def test_doc_has_the_house_sections() -> None:

@@ -33,7 +33,7 @@ def test_copies_fcp_files_only_and_reports_them(checkout: Path, capsys: pytest.C
     out = capsys.readouterr().out
     files = overlay_files(SOURCE)
     relative = {str(f) for f in files}
-    assert {"mindspeed_mm/features_manager/fcp/fcp_feature.py", "mindspeed_mm/core/fcp/cli.py",
+    assert {"mindspeed_mm_fcp/feature.py", "mindspeed_mm/core/fcp/cli.py",
             "docs/zh/features/parallel/fcp.md", "docs/zh/features/parallel/images/fcp_plan_openvid_64.png",
             "examples/qwen3vl/finetune_qwen3vl_8B_fcp.sh", "examples/qwen3vl/qwen3vl_full_sft_8B_fcp.yaml"} <= relative
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in relative)
@@ -70,7 +70,7 @@ def test_refuses_a_path_that_is_not_a_checkout(tmp_path: Path, capsys: pytest.Ca
     assert "does not look like a MindSpeed-MM checkout" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert main(["overlay", str(tmp_path), "--force"]) == 0
-    assert (tmp_path / "mindspeed_mm" / "features_manager" / "register_fcp.py").is_file()
+    assert (tmp_path / "mindspeed_mm_fcp" / "register.py").is_file()
 
 
 def test_dry_run_copies_nothing(checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:

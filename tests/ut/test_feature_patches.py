@@ -1,4 +1,4 @@
-"""FCPFeature.register_patches: the exact registrations, and the megatron-core patches applied for real.
+"""FCPFeature's patches (registered in its validate_args hook): the exact registrations, and the megatron-core patches applied for real.
 
 Patched functions are exercised on one CPU process, then every patch is removed again so that the
 other tests see stock megatron-core.
@@ -27,7 +27,7 @@ from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm.features_manager.fcp.adapters import batch as batch_adapter
 from mindspeed_mm.features_manager.fcp.adapters import layer_spec, model_parallel, rotary, schedule
-from mindspeed_mm.features_manager.fcp.mindspeed_fallback import MindSpeedPatchesManager
+from mindspeed_mm_fcp.mindspeed_compat import USING_MINDSPEED, MindSpeedPatchesManager
 from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES, active_patches
 from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
 from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError
@@ -88,6 +88,16 @@ class RecordingPatchManager:
         assert target not in self.registered, f"{target} registered twice"
         self.registered[target] = new_obj
 
+    def apply_patches(self) -> None:
+        pass
+
+
+def patch_through_the_hooks(manager: Any, args: argparse.Namespace) -> None:
+    """The adaptor hands the feature its patch manager; Megatron's validation makes it patch."""
+    feature = FCPFeature()
+    feature.register_patches(manager, args)
+    feature.validate_args(args)
+
 
 def fcp_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
@@ -118,20 +128,23 @@ def applied_patches() -> Iterator[None]:
     """The FCP feature's patches applied through the patch manager; removed afterwards."""
     MindSpeedPatchesManager.patches_info.clear()
     try:
-        FCPFeature().register_patches(MindSpeedPatchesManager, fcp_args("--fcp-preset", "cpu-tiny"))
-        MindSpeedPatchesManager.apply_patches()
+        patch_through_the_hooks(MindSpeedPatchesManager, fcp_args("--fcp-preset", "cpu-tiny"))
         yield
     finally:
-        MindSpeedPatchesManager.remove_all_patches()
+        MindSpeedPatchesManager.remove_patches()
         reset_fcp_runtime()
 
 
 def test_exact_registrations() -> None:
     manager = RecordingPatchManager()
-    FCPFeature().register_patches(manager, fcp_args("--fcp-preset", "cpu-tiny"))
-    # megatron.training and mindspeed are not installed here, so only the megatron-core targets register
-    assert {p.requires for p in active_patches()} == {"megatron.core"}
-    assert manager.registered == EXPECTED_MEGATRON_CORE_PATCHES
+    patch_through_the_hooks(manager, fcp_args("--fcp-preset", "cpu-tiny"))
+    # megatron.training is not installed here (megatron-core only); mindspeed is in the upstream session
+    expected = dict(EXPECTED_MEGATRON_CORE_PATCHES)
+    if USING_MINDSPEED:
+        expected["mindspeed.utils.get_batch_on_this_cp_rank"] = batch_adapter.get_batch_on_this_cp_rank
+    assert {p.requires for p in active_patches()} == ({"megatron.core", "mindspeed"} if USING_MINDSPEED
+                                                      else {"megatron.core"})
+    assert manager.registered == expected
     assert [p.target for p in FCP_PATCHES if p.requires != "megatron.core"] == [
         "megatron.training.utils.get_batch_on_this_cp_rank",
         "mindspeed.utils.get_batch_on_this_cp_rank",
@@ -140,7 +153,7 @@ def test_exact_registrations() -> None:
 
 
 def test_registration_configures_the_runtime() -> None:
-    FCPFeature().register_patches(RecordingPatchManager(), fcp_args(
+    patch_through_the_hooks(RecordingPatchManager(), fcp_args(
         "--fcp-preset", "cpu-tiny", "--fcp-group-pool", "prewarm", "--fcp-max-degree", "1"))
     settings = get_fcp_runtime().settings
     assert (settings.group_pool, settings.max_degree) == ("prewarm", 1)
@@ -150,7 +163,7 @@ def test_registration_configures_the_runtime() -> None:
 def test_invalid_arguments_register_nothing() -> None:
     manager = RecordingPatchManager()
     with pytest.raises(FCPArgumentError, match="--fcp-preset"):
-        FCPFeature().register_patches(manager, fcp_args("--fcp-preset", "no-such-preset"))
+        patch_through_the_hooks(manager, fcp_args("--fcp-preset", "no-such-preset"))
     assert manager.registered == {}
 
 
@@ -161,7 +174,7 @@ def test_layer_spec_patch_puts_fcp_core_attention_in(applied_patches: None) -> N
 
 
 def test_patches_are_removed_again(applied_patches: None) -> None:
-    MindSpeedPatchesManager.remove_all_patches()
+    MindSpeedPatchesManager.remove_patches()
     spec = gpt_layer_specs.get_gpt_layer_local_spec()
     assert spec.submodules.self_attention.submodules.core_attention is DotProductAttention
     assert gpt_layer_specs.get_gpt_layer_local_spec is STOCK["local_spec"]
@@ -181,7 +194,7 @@ def test_transformer_engine_spec_wrapper_swaps_core_attention() -> None:
 def test_rotary_forward_on_cpu_matches_megatron_at_shard_positions(applied_patches: None) -> None:
     assert gpt_model.RotaryEmbedding is rotary.FCPRotaryEmbedding, "GPTModel must construct the FCP rotary"
     fcp_rope = rotary_pos_embedding.RotaryEmbedding(kv_channels=16, rotary_percent=1.0, rotary_base=500)
-    MindSpeedPatchesManager.remove_all_patches()
+    MindSpeedPatchesManager.remove_patches()
     stock = rotary_pos_embedding.RotaryEmbedding(
         kv_channels=16, rotary_percent=1.0, rotary_base=500, use_cpu_initialization=True)
     freqs = stock.get_freqs_non_repeated(48)
@@ -274,7 +287,7 @@ def test_stock_gpt_model_built_after_patching_trains_like_the_fcp_executor(
     round_losses = driver(forward_step_func=forward_step, data_iterator=iter(range(10)), model=patched_model,
                           num_microbatches=7, seq_length=MODEL.seq_length, micro_batch_size=1)
     assert len(round_losses) == 2, "one micro-batch per planned round, whatever Megatron asked for"
-    MindSpeedPatchesManager.remove_all_patches()
+    MindSpeedPatchesManager.remove_patches()
 
     reference = build_gpt_model(MODEL, seed=11)
     whole = round_batch((0, 1, 2))

@@ -6,7 +6,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import preset_table
 from mindspeed_mm.features_manager.fcp import FCPFeature
-from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError
+from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError, validate_fcp_args
 
 
 def parse(*argv: str, world_size: int = 8) -> argparse.Namespace:
@@ -33,32 +33,45 @@ def tiny_table(tmp_path):
     return path
 
 
-def test_valid_preset_passes_and_post_validate_hands_cp_to_fcp():
-    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4", "--fcp-max-degree", "8")
-    feature = FCPFeature()
-    feature.validate_args(args)
-    feature.post_validate_args(args)
-    assert args.context_parallel_size == 1
-    assert args.fcp_static_context_parallel_size == 4
+def test_valid_preset_passes():
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "8")
+    validate_fcp_args(args)
+    assert (args.context_parallel_size, args.fcp_max_degree) == (1, 8)
+
+
+def test_a_static_cp_size_is_refused_naming_the_yaml_key():
+    with pytest.raises(FCPArgumentError, match=r"--context-parallel-size=4 \(YAML key context_parallel_size\)"):
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4"))
+
+
+def test_string_values_from_another_parser_are_checked_and_typed():
+    """MindSpeed's first parse keeps unknown flags as strings: validation types them with the same checks."""
+    args = parse("--fcp-preset", "a3-qwen3vl-8b")
+    args.fcp_max_degree, args.fcp_log_plan = "4", "true"
+    validate_fcp_args(args)
+    assert (args.fcp_max_degree, args.fcp_log_plan) == (4, True)
+    args.fcp_max_degree = "four"
+    with pytest.raises(FCPArgumentError, match="--fcp-max-degree: expected a positive integer, got 'four'"):
+        validate_fcp_args(args)
 
 
 def test_valid_table_passes(tiny_table):
-    FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table), "--group-query-attention"))
+    validate_fcp_args(parse("--fcp-profile-table", str(tiny_table), "--group-query-attention"))
 
 
 def test_missing_cost_source_names_both_flags():
     with pytest.raises(FCPArgumentError, match="--fcp-profile-table.*--fcp-preset"):
-        FCPFeature().validate_args(parse())
+        validate_fcp_args(parse())
 
 
 def test_unknown_preset_lists_choices():
     with pytest.raises(FCPArgumentError, match=r"--fcp-preset='b9-unknown'.*a3-qwen3vl-8b"):
-        FCPFeature().validate_args(parse("--fcp-preset", "b9-unknown"))
+        validate_fcp_args(parse("--fcp-preset", "b9-unknown"))
 
 
 def test_missing_table_file(tmp_path):
     with pytest.raises(FCPArgumentError, match="--fcp-profile-table: file .*nope.json"):
-        FCPFeature().validate_args(parse("--fcp-profile-table", str(tmp_path / "nope.json")))
+        validate_fcp_args(parse("--fcp-profile-table", str(tmp_path / "nope.json")))
 
 
 def test_malformed_table_names_field(tiny_table):
@@ -66,40 +79,40 @@ def test_malformed_table_names_field(tiny_table):
     del doc["hardware"]["ranks_per_node"]
     tiny_table.write_text(json.dumps(doc))
     with pytest.raises(FCPArgumentError, match="ranks_per_node"):
-        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table)))
+        validate_fcp_args(parse("--fcp-profile-table", str(tiny_table)))
 
 
 def test_table_for_another_model_shape(tiny_table):
     with pytest.raises(FCPArgumentError, match=r"model.hidden=64.*--hidden-size=128"):
-        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table), "--hidden-size", "128"))
+        validate_fcp_args(parse("--fcp-profile-table", str(tiny_table), "--hidden-size", "128"))
 
 
 def test_table_for_another_tp(tiny_table):
     with pytest.raises(FCPArgumentError, match="--tensor-model-parallel-size=2"):
-        FCPFeature().validate_args(parse("--fcp-profile-table", str(tiny_table),
+        validate_fcp_args(parse("--fcp-profile-table", str(tiny_table),
                                          "--tensor-model-parallel-size", "2"))
 
 
 def test_max_degree_above_plane():
     with pytest.raises(FCPArgumentError, match=r"--fcp-max-degree=9 exceeds the 8"):
-        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "9"))
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "9"))
 
 
 def test_max_degree_counts_only_dp_cp_ranks():
     with pytest.raises(FCPArgumentError, match="exceeds the 4"):
-        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "5",
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "5",
                                          "--tensor-model-parallel-size", "2"))
 
 
 def test_ulysses_without_any_dividing_degree():
     with pytest.raises(FCPArgumentError, match="--fcp-attention-algo ulysses.*7 attention heads"):
-        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-attention-algo", "ulysses",
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-attention-algo", "ulysses",
                                          "--num-attention-heads", "7", "--fcp-max-degree", "6"))
 
 
 def test_incompatible_feature():
     with pytest.raises(FCPArgumentError, match="--use-cp-send-recv-overlap"):
-        FCPFeature().validate_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--use-cp-send-recv-overlap"))
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--use-cp-send-recv-overlap"))
 
 
 def _with_training_options(*argv: str) -> argparse.Namespace:
@@ -116,13 +129,13 @@ def _with_training_options(*argv: str) -> argparse.Namespace:
 
 def test_micro_batch_size_must_be_one():
     with pytest.raises(FCPArgumentError, match="--micro-batch-size=2"):
-        FCPFeature().validate_args(_with_training_options("--micro-batch-size", "2", "--calculate-per-token-loss"))
+        validate_fcp_args(_with_training_options("--micro-batch-size", "2", "--calculate-per-token-loss"))
 
 
 def test_per_token_loss_required_when_megatron_has_the_option():
     with pytest.raises(FCPArgumentError, match="--calculate-per-token-loss"):
-        FCPFeature().validate_args(_with_training_options())
-    FCPFeature().validate_args(_with_training_options("--calculate-per-token-loss"))
+        validate_fcp_args(_with_training_options())
+    validate_fcp_args(_with_training_options("--calculate-per-token-loss"))
 
 
 def test_hooks_ignore_runs_without_fcp():
@@ -136,16 +149,6 @@ def test_hooks_ignore_runs_without_fcp():
     feature.validate_args(args)  # no cost source given, yet no error: FCP is off
     feature.post_validate_args(args)
     assert args.context_parallel_size == 4
-    assert not hasattr(args, "fcp_static_context_parallel_size")
-
-
-def test_pre_validate_hands_cp_to_fcp_before_megatron_derives_dp():
-    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4")
-    FCPFeature().pre_validate_args(args)
-    assert (args.context_parallel_size, args.fcp_static_context_parallel_size) == (1, 4)
-    args.data_parallel_size = 2  # as if an older MindSpeed let Megatron derive DP = 8 / 4 first
-    FCPFeature().post_validate_args(args)
-    assert (args.context_parallel_size, args.fcp_static_context_parallel_size, args.data_parallel_size) == (1, 4, 8)
 
 
 def test_unknown_fcp_option_kept_by_parse_known_args_is_named():
@@ -153,12 +156,12 @@ def test_unknown_fcp_option_kept_by_parse_known_args_is_named():
     args.fcp_max_degre = "8"  # a misspelt YAML key, as MindSpeed's parse_known_args would keep it
     expected = r"unknown FCP option --fcp-max-degre \(did you mean --fcp-max-degree\?\)"
     with pytest.raises(FCPArgumentError, match=expected):
-        FCPFeature().validate_args(args)
+        validate_fcp_args(args)
 
 
 def test_fcp_options_list_matches_the_parser():
-    from mindspeed_mm.features_manager.fcp.fcp_feature import FCP_OPTIONS
+    from mindspeed_mm_fcp.options import FCP_OPTIONS
 
     parser = argparse.ArgumentParser()
     FCPFeature().register_args(parser)
-    assert tuple(a.dest for a in parser._actions if a.dest.startswith("fcp_")) == FCP_OPTIONS
+    assert tuple(a.dest for a in parser._actions if a.dest.startswith("fcp_")) == tuple(o.dest for o in FCP_OPTIONS)

@@ -25,7 +25,7 @@ from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
 from mindspeed_mm.core.fcp.solver import Plan
 
-from .fcp_feature import GROUP_POOL_POLICIES
+from mindspeed_mm_fcp.options import GROUP_POOL_POLICIES
 
 logger = logging.getLogger(__name__)
 

@@ -7,18 +7,27 @@ import os
 
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
 
-from .fcp_feature import FCP_OPTIONS, INCOMPATIBLE_FLAGS, fcp_ranks
+from mindspeed_mm_fcp.feature import check_static_layout, fcp_ranks
+from mindspeed_mm_fcp.options import FCP_OPTIONS, FCPOptionError, coerce_option
 
+FCPArgumentError = FCPOptionError
+"""An FCP option (or its combination with another option) is invalid."""
 
-class FCPArgumentError(ValueError):
-    """An FCP option (or its combination with another option) is invalid."""
+INCOMPATIBLE_FLAGS = (
+    "use_cp_send_recv_overlap",  # double-buffered static ring
+    "kv_head_repeat_before_uly_alltoall",
+    "reset_attention_mask",  # FCP builds its own per-document masks from cu_seqlens
+)
+"""Options that change how static CP or attention is laid out and have no meaning under FCP."""
 
 
 def validate_fcp_args(args: argparse.Namespace) -> None:
     """Check the `--fcp-*` options against each other and against the model and parallel layout."""
     _check_unknown_fcp_options(args)
+    _coerce_fcp_options(args)
+    check_static_layout(args)
     _check_incompatible_flags(args)
-    _check_training_options(args)
+    _check_per_token_loss(args)
     table = _load_cost_source(args)
     if table is not None:
         _check_table_matches_model(table, args)
@@ -33,14 +42,20 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
 
 def _check_unknown_fcp_options(args: argparse.Namespace) -> None:
     """MindSpeed parses with parse_known_args and keeps unknown options: a misspelt `fcp_*` key must not pass."""
-    recorded = {"fcp_static_context_parallel_size"}
+    dests = {option.dest for option in FCP_OPTIONS}
     for name in sorted(vars(args)):
-        if name.startswith("fcp_") and name not in FCP_OPTIONS and name not in recorded:
+        if name.startswith("fcp_") and name not in dests:
             flag = "--" + name.replace("_", "-")
-            known = ["--" + option.replace("_", "-") for option in FCP_OPTIONS]
+            known = [option.flag for option in FCP_OPTIONS]
             close = difflib.get_close_matches(flag, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise FCPArgumentError(f"unknown FCP option {flag}{hint}; the FCP options are: {', '.join(known)}")
+
+
+def _coerce_fcp_options(args: argparse.Namespace) -> None:
+    """Options another parser kept as strings (MindSpeed's first parse) get their typed values."""
+    for option in FCP_OPTIONS:
+        setattr(args, option.dest, coerce_option(option.dest, getattr(args, option.dest, None)))
 
 
 def _check_incompatible_flags(args: argparse.Namespace) -> None:
@@ -50,12 +65,7 @@ def _check_incompatible_flags(args: argparse.Namespace) -> None:
             raise FCPArgumentError(f"{flag} cannot be combined with --context-parallel-algo fcp_cp_algo")
 
 
-def _check_training_options(args: argparse.Namespace) -> None:
-    """Options FCP needs from Megatron, checked when the parser has them."""
-    if getattr(args, "micro_batch_size", 1) not in (None, 1):
-        raise FCPArgumentError(
-            f"--micro-batch-size={args.micro_batch_size}: FCP packs each round's samples into one sequence per "
-            "group, so the micro-batch size must be 1")
+def _check_per_token_loss(args: argparse.Namespace) -> None:
     if getattr(args, "calculate_per_token_loss", True) is False:
         raise FCPArgumentError(
             "--context-parallel-algo fcp_cp_algo needs --calculate-per-token-loss: ranks hold different numbers "

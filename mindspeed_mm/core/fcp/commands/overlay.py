@@ -14,7 +14,7 @@ from pathlib import Path
 
 import mindspeed_mm.core.fcp as fcp_package
 
-PACKAGE_DIRS = ("mindspeed_mm/core/fcp", "mindspeed_mm/features_manager")
+PACKAGE_DIRS = ("mindspeed_mm/core/fcp", "mindspeed_mm/features_manager", "mindspeed_mm_fcp")
 """Source-tree folders copied whole (without byte-code caches)."""
 DOC_FILES = ("docs/zh/features/parallel/fcp.md",)
 """Single files copied as they are."""
@@ -22,7 +22,7 @@ MATCHED_FILES = (("docs/zh/features/parallel/images", "fcp*"), ("examples/qwen3v
 """(folder, glob pattern): the folder's matching files."""
 CHECKOUT_MARKERS = ("mindspeed_mm", "examples")
 """Folders a MindSpeed-MM checkout has at its top level."""
-ENTRY_LINE = "import mindspeed_mm.features_manager.register_fcp  # noqa: F401"
+ENTRY_LINE = "import mindspeed_mm_fcp.register  # noqa: F401  (FCP: adds fcp_cp_algo to MindSpeed's features)"
 """The line an entry script adds before `import mindspeed.megatron_adaptor`."""
 
 _SKIPPED_PARTS = ("__pycache__",)

@@ -7,9 +7,10 @@ development, CI). These classes reproduce the part of MindSpeed's interface FCP 
 - ``MindSpeedFeature``: ``register_args``, ``pre_validate_args``, ``validate_args``,
   ``post_validate_args``, ``pre_register_patches``, ``register_patches``, ``is_need_apply``,
   ``incompatible_check``, ``dependency_check`` and the static ``add_parser_argument_choices_value``.
-- ``MindSpeedPatchesManager``: ``register_patch(target, new_obj, force_patch=False)`` then
-  ``apply_patches()``; an object whose name ends in ``_wrapper`` wraps the original, anything else
-  replaces it. Modules that imported the original by name see the replacement too.
+- ``MindSpeedPatchesManager``: ``register_patch(target, new_obj, force_patch=False)``, ``apply_patches()``
+  and ``remove_patches()``; an object whose name ends in ``wrapper`` or ``decorator`` wraps the
+  original (several stack), anything else replaces it. Modules that imported the original by name see
+  the result too.
 - ``MindSpeedFeaturesManager``: ``FEATURES_LIST`` and the stage methods that run every feature's
   hooks (``register_features_args``, ``pre_validate_features_args``, ``validate_features_args``,
   ``post_validate_features_args``, ``apply_features_patches``).
@@ -80,10 +81,19 @@ class MindSpeedFeature:
 @dataclass
 class _Patch:
     target: str
-    new_obj: Any
+    replacement: Any = None
+    wrappers: list[Any] = field(default_factory=list)
     original: Any = None
-    applied: bool = False
+    applied: Any = None
+    """The object installed by the last apply (None before it)."""
     rebound_modules: list[Any] = field(default_factory=list)
+    dirty: bool = True
+    """Registered since the last apply."""
+
+
+def _is_wrapper(new_obj: Any) -> bool:
+    """MindSpeed's rule: a callable named ``*wrapper`` or ``*decorator`` wraps the original."""
+    return getattr(new_obj, "__name__", "").endswith(("wrapper", "decorator"))
 
 
 def _resolve(dotted: str) -> tuple[Any, str]:
@@ -104,43 +114,60 @@ def _resolve(dotted: str) -> tuple[Any, str]:
 
 
 class MindSpeedPatchesManager:
-    """Registry of monkey patches applied in one go (fallback of ``mindspeed.patch_utils``)."""
+    """Registry of monkey patches applied in one go (fallback of ``mindspeed.patch_utils``).
+
+    As in MindSpeed: one replacement per target (a second one needs ``force_patch``), any number of
+    wrappers stacked over it in registration order (a wrapper registered twice counts once), and
+    ``apply_patches`` may run again after new registrations.
+    """
 
     patches_info: ClassVar[dict[str, _Patch]] = {}
 
     @classmethod
-    def register_patch(cls, target: str, new_obj: Any, force_patch: bool = False) -> None:
-        existing = cls.patches_info.get(target)
-        if existing is not None and existing.new_obj is not new_obj and not force_patch:
-            raise RuntimeError(f"patch target {target!r} is already registered; use force_patch=True")
-        if existing is None or existing.new_obj is not new_obj:
-            cls.patches_info[target] = _Patch(target, new_obj)
+    def register_patch(cls, orig_func_name: str, new_func: Any = None, force_patch: bool = False) -> None:
+        if new_func is None:
+            raise ValueError(f"patch target {orig_func_name!r}: no replacement given (dummy patches are not "
+                             "supported without MindSpeed)")
+        patch = cls.patches_info.setdefault(orig_func_name, _Patch(orig_func_name))
+        if _is_wrapper(new_func):
+            if new_func not in patch.wrappers:
+                patch.wrappers.append(new_func)
+        elif patch.replacement is not None and not force_patch:
+            raise RuntimeError(f"the patch of {orig_func_name} exist !")
+        else:
+            patch.replacement = new_func
+        patch.dirty = True
 
     @classmethod
     def apply_patches(cls) -> None:
         for patch in cls.patches_info.values():
-            if patch.applied:
+            if not patch.dirty:
                 continue
             owner, attr = _resolve(patch.target)
-            patch.original = getattr(owner, attr)
-            is_wrapper = getattr(patch.new_obj, "__name__", "").endswith("_wrapper")
-            replacement = patch.new_obj(patch.original) if is_wrapper else patch.new_obj
-            setattr(owner, attr, replacement)
-            patch.rebound_modules = _rebind_imported_names(patch.original, replacement, attr)
-            patch.applied = True
+            current = getattr(owner, attr)
+            if patch.applied is None or current is not patch.applied:
+                patch.original = current
+            final = patch.replacement if patch.replacement is not None else patch.original
+            for wrapper in patch.wrappers:
+                final = wrapper(final)
+            replaced = patch.applied if patch.applied is not None else patch.original
+            setattr(owner, attr, final)
+            patch.rebound_modules += _rebind_imported_names(replaced, final, attr)
+            patch.applied = final
+            patch.dirty = False
             logger.debug("patched %s", patch.target)
 
     @classmethod
-    def remove_all_patches(cls) -> None:
-        """Undo every applied patch, newest first (tests use it to restore Megatron)."""
+    def remove_patches(cls) -> None:
+        """Undo every applied patch, newest first, and forget them (tests use it to restore Megatron)."""
         for patch in reversed(list(cls.patches_info.values())):
-            if patch.applied:
+            if patch.applied is not None:
                 owner, attr = _resolve(patch.target)
-                current = getattr(owner, attr)
-                setattr(owner, attr, patch.original)
+                if getattr(owner, attr) is patch.applied:
+                    setattr(owner, attr, patch.original)
                 # Only the modules rebound at apply time: the module defining the replacement keeps it.
                 for module in patch.rebound_modules:
-                    if getattr(module, attr, None) is current:
+                    if getattr(module, attr, None) is patch.applied:
                         setattr(module, attr, patch.original)
         cls.patches_info.clear()
 
@@ -208,4 +235,4 @@ class MindSpeedFeaturesManager:
 
     @classmethod
     def remove_patches(cls) -> None:
-        MindSpeedPatchesManager.remove_all_patches()
+        MindSpeedPatchesManager.remove_patches()

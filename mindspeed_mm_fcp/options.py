@@ -1,0 +1,164 @@
+"""The FCP options: one definition from which the ``--fcp-*`` flags and the YAML keys derive.
+
+A YAML key ``fcp_max_degree: 16`` under ``gpt_args:`` becomes ``--fcp-max-degree 16`` (MindSpeed-MM's
+YAML reader turns every key into a flag); the flag's destination is the key again. MindSpeed parses
+the command line once before Megatron does and keeps the flags it does not know as strings;
+:func:`coerce_option` turns such a string into the option's value with the same checks argparse
+applies, so every path gives the same values and the same errors.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FCP_CP_ALGO = "fcp_cp_algo"
+"""The value of ``--context-parallel-algo`` that turns FCP on."""
+ATTENTION_ALGOS = ("auto", "ring", "ulysses")
+GROUP_POOL_POLICIES = ("lazy", "prewarm")
+
+
+def str_to_bool(value: str | bool) -> bool:
+    """YAML/CLI booleans: the flag alone, or with true/false/1/0/yes/no/on/off."""
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {value!r}")
+
+
+def positive_int(value: str | int) -> int:
+    """An integer above zero; bools are refused (``True`` is not a count)."""
+    if isinstance(value, bool):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if number <= 0 or (isinstance(value, float) and value != number):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def smoothing_weight(value: str | float) -> float:
+    """A weight in (0, 1]."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {number}")
+    return number
+
+
+def text(value: str) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FCPOption:
+    """One FCP option."""
+
+    dest: str
+    """Destination and YAML key (``fcp_max_degree``)."""
+    parse: Callable[[Any], Any]
+    """Turns the command-line string (or YAML value) into the option's value; raises ArgumentTypeError."""
+    default: Any
+    """Value when the option is not given."""
+    help: str
+    """One-line description (flag help and docs)."""
+    choices: tuple[str, ...] | None = None
+    """Allowed values, for options with a closed set."""
+    is_flag: bool = False
+    """A boolean that may be given alone (``--fcp-log-plan``) or with a value."""
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag (``--fcp-max-degree``)."""
+        return "--" + self.dest.replace("_", "-")
+
+
+FCP_OPTIONS: tuple[FCPOption, ...] = (
+    FCPOption("fcp_profile_table", text, None,
+              "Profile table (JSON) measured by `fcp profile`; used instead of --fcp-preset."),
+    FCPOption("fcp_preset", text, None,
+              "Analytic cost preset `<hardware>-<model>`, e.g. a3-qwen3vl-8b (the list is in the FCP docs), "
+              "used when no profile table is given."),
+    FCPOption("fcp_max_degree", positive_int, None, "Largest CP degree of one group (default: all DP x CP ranks)."),
+    FCPOption("fcp_max_tokens_per_rank", positive_int, None,
+              "Tokens one rank may hold; overrides the memory limit of the cost table."),
+    FCPOption("fcp_attention_algo", str, "auto", "Attention of a group: auto picks ring or ulysses per group by cost.",
+              choices=ATTENTION_ALGOS),
+    FCPOption("fcp_async_planning", str_to_bool, True, "Plan step t+1 in a background thread while step t runs.",
+              is_flag=True),
+    FCPOption("fcp_group_pool", str, "lazy",
+              "lazy: create a CP group before the first step whose plan uses it; prewarm: create every group of "
+              "2..max-degree contiguous ranks at start-up.", choices=GROUP_POOL_POLICIES),
+    FCPOption("fcp_ranks_per_node", positive_int, None,
+              "Ranks sharing a node's fast link (default: the cost table's hardware); groups that fit in a node "
+              "are kept inside one."),
+    FCPOption("fcp_log_plan", str_to_bool, False,
+              "Log every step's plan (groups, degrees, predicted vs measured time).", is_flag=True),
+    FCPOption("fcp_recalibrate", str_to_bool, True,
+              "Correct the cost model per degree and algo from the measured group times of earlier steps "
+              "(off with pipeline parallelism).", is_flag=True),
+    FCPOption("fcp_recalibration_smoothing", smoothing_weight, 0.3,
+              "Weight of the newest measurement in the smoothed correction factors, in (0, 1]."),
+)
+"""Every FCP option, in registration order."""
+OPTIONS_BY_DEST = {option.dest: option for option in FCP_OPTIONS}
+
+
+class FCPOptionError(ValueError):
+    """An FCP option, or its combination with another option, is invalid; the message names the flag."""
+
+
+def add_fcp_arguments(parser: argparse.ArgumentParser) -> None:
+    """Registers the ``--fcp-*`` flags in one argument group."""
+    group = parser.add_argument_group(title="fcp")
+    for option in FCP_OPTIONS:
+        kwargs: dict[str, Any] = {"type": option.parse, "default": option.default, "help": option.help}
+        if option.choices is not None:
+            kwargs["choices"] = option.choices
+        if option.is_flag:
+            kwargs.update(nargs="?", const=True)
+        group.add_argument(option.flag, dest=option.dest, **kwargs)
+
+
+def coerce_option(dest: str, value: Any) -> Any:
+    """The value of option `dest` given as `value` (a pre-parsed string, a YAML value, or already typed)."""
+    option = OPTIONS_BY_DEST[dest]
+    if value is None or (value is True and option.is_flag):
+        return option.default if value is None else True
+    try:
+        parsed = option.parse(value)
+    except argparse.ArgumentTypeError as err:
+        raise FCPOptionError(f"{option.flag}: {err}") from None
+    if option.choices is not None and parsed not in option.choices:
+        raise FCPOptionError(f"{option.flag}={parsed!r}: choose one of {', '.join(option.choices)}")
+    return parsed
+
+
+def int_argument(args: argparse.Namespace, dest: str, default: int) -> int:
+    """A Megatron integer option that MindSpeed's first parse may still hold as a string."""
+    value = getattr(args, dest, None)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise FCPOptionError(f"--{dest.replace('_', '-')}: expected an integer, got {value!r}") from None
+
+
+__all__ = [
+    "ATTENTION_ALGOS", "FCPOption", "FCPOptionError", "FCP_CP_ALGO", "FCP_OPTIONS", "GROUP_POOL_POLICIES",
+    "OPTIONS_BY_DEST", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int", "smoothing_weight",
+    "str_to_bool",
+]
