@@ -127,9 +127,14 @@ class SampleWorkloads:
 class GroupTimer:
     """Best-algo times of workloads on degrees 1..max_degree, with a memo for single lookups."""
 
-    def __init__(self, cost: "CostModel", max_degree: int) -> None:
+    def __init__(self, cost: "CostModel", max_degree: int, allowed: Sequence[int] | None = None) -> None:
         self.cost = cost
         self.max_degree = max_degree
+        self._barred: np.ndarray | None = None
+        if allowed is not None:
+            # barred[d]: degree d may not be used (SolverConfig.degrees); inf times there.
+            self._barred = np.ones(max_degree + 1, dtype=bool)
+            self._barred[[d for d in allowed if d <= max_degree]] = False
         self.cost_calls = 0
         """Cost-model calls made so far."""
         # workload -> (first degree, times, algo indices) of the window computed so far.
@@ -167,6 +172,8 @@ class GroupTimer:
                     self.cost_calls += 1
         if clipped:
             times[beyond] = np.inf
+        if self._barred is not None:
+            times[self._barred[degrees]] = np.inf
         return times, algos
 
     def prepare(self, requests: Sequence[tuple[Any, int, int]]) -> None:

@@ -39,7 +39,14 @@ class SolverConfig:
     would otherwise be given (one short sample on many ranks). Off by default: the executor runs
     every rank in a group of every round."""
 
+    degrees: tuple[int, ...] | None = None
+    """Group degrees the planner may use (ablations such as powers of two only); None: any."""
+
     def __post_init__(self) -> None:
+        if self.degrees is not None and (not self.degrees or any(
+                isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.degrees) or 1 not in self.degrees):
+            raise ValueError(f"degrees must be positive ints including 1 (so every rank count can be tiled), "
+                             f"got {self.degrees!r}")
         if not isinstance(self.num_ranks, int) or self.num_ranks <= 0:
             raise ValueError(f"num_ranks must be a positive integer, got {self.num_ranks!r}")
         if not isinstance(self.ranks_per_node, int) or self.ranks_per_node <= 0:

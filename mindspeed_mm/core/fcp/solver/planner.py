@@ -83,7 +83,7 @@ def plan_batch(
         raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
 
     workloads = SampleWorkloads(cost, length_arr, patch_arr)
-    timer = GroupTimer(cost, max_degree)
+    timer = GroupTimer(cost, max_degree, config.degrees)
     facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
 

@@ -1,0 +1,132 @@
+"""Where flexibility pays: FCP against every baseline and its own ablations, over workloads and scales.
+
+For each workload (the three datasets, mixed image + video, bimodal) and each scale (FCP ranks),
+every strategy plans the same batches: `--seeds` seeds x `--batches` global batches of
+`--per-rank` samples per rank, on the Qwen3-VL-8B Atlas A3 preset with the state sharded over the
+run's ranks. Per seed the strategy's total step time over the batches is divided by FCP's; the
+table gives the mean and the min-max over seeds (> 1: FCP faster).
+
+Strategies: static ring / Ulysses at the default degree (smallest holding the run's longest sample),
+tuned static (best (degree, algo) for the run) in lockstep rounds (FSDP) and with independent
+replicas (DDP), the project's Megatron-Core dynamic CP approximation (power-of-two groups; NOT
+Megatron-LM's hybrid_cp_schedule), MindSpeed-MM's DP/CP switch. Ablations of FCP: powers of two
+only, ring only, Ulysses only, idle ranks allowed. "One degree" is the tuned static lockstep layout
+(the static packer balances its micro-batches like FCP does).
+
+    python benchmarks/flexibility_report.py                       # full: 5 workloads x 8..1024 ranks
+    python benchmarks/flexibility_report.py --scales 8,64 --workloads openvid,bimodal
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS, draw_lengths
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
+from mindspeed_mm.core.fcp.solver.baselines import (
+    BaselineInfeasibleError,
+    deepspeed_ulysses,
+    mcore_dynamic_cp,
+    megatron_static_cp,
+    mindspeed_dp_cp_switch,
+    static_cp_degree,
+)
+from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
+
+PRESET = "a3-qwen3vl-8b"
+BASELINES = ("static_ring_default", "static_ulysses_default", "tuned_static_fsdp", "tuned_static_ddp",
+             "mcore_dynamic_cp_approx", "mindspeed_dp_cp_switch")
+ABLATIONS = ("fcp_pow2_only", "fcp_ring_only", "fcp_ulysses_only", "fcp_idle_ranks")
+
+
+def _fcp(batches, cost, config):
+    return [plan_batch(lengths, cost, config, patches).predicted_ms for lengths, patches in batches]
+
+
+def _run_strategy(name, batches, cost, config):
+    """Per-batch step times of one strategy (BaselineInfeasibleError / ValueError when it cannot run)."""
+    longest = max(int(lengths.max()) for lengths, _ in batches)
+    if name == "fcp":
+        return _fcp(batches, cost, config), ""
+    if name == "fcp_pow2_only":
+        pow2 = tuple(1 << k for k in range(config.num_ranks.bit_length()) if 1 << k <= config.num_ranks)
+        return _fcp(batches, cost, replace(config, degrees=pow2)), ""
+    if name in ("fcp_ring_only", "fcp_ulysses_only"):
+        algo = "ring" if name == "fcp_ring_only" else "ulysses"
+        return _fcp(batches, CostModel(cost.table, algos=(algo,)), config), ""
+    if name == "fcp_idle_ranks":
+        return _fcp(batches, cost, replace(config, allow_idle_ranks=True)), ""
+    if name in ("static_ring_default", "static_ulysses_default"):
+        algo = "ring" if name == "static_ring_default" else "ulysses"
+        planner = megatron_static_cp if algo == "ring" else deepspeed_ulysses
+        degree = static_cp_degree(longest, cost, config, algo)
+        return [planner(lengths, cost, config, patches, cp_degree=degree).predicted_ms
+                for lengths, patches in batches], f"CP {degree}"
+    if name in ("tuned_static_fsdp", "tuned_static_ddp"):
+        tuned = tune_static(batches, cost, config, LOCKSTEP if name == "tuned_static_fsdp" else INDEPENDENT)
+        return list(tuned.step_ms), f"{tuned.algo} {tuned.degree}"
+    if name == "mcore_dynamic_cp_approx":
+        return [mcore_dynamic_cp(lengths, cost, config, patches).predicted_ms for lengths, patches in batches], ""
+    if name == "mindspeed_dp_cp_switch":
+        return [mindspeed_dp_cp_switch(lengths, cost, config, patches).predicted_ms
+                for lengths, patches in batches], ""
+    raise ValueError(f"unknown strategy {name!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--scales", default="8,16,64,256,1024")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--per-rank", type=int, default=8, help="samples per rank in a global batch (default 8)")
+    parser.add_argument("--strategies", default=",".join(BASELINES + ABLATIONS))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    strategies = args.strategies.split(",")
+    print(f"preset {PRESET}, state sharded over the run's ranks; {args.seeds} seeds x {args.batches} batches of "
+          f"{args.per_rank} samples per rank; cells: strategy time / FCP time, mean [min-max] over seeds")
+    print("| workload | ranks | FCP ms/step | " + " | ".join(strategies) + " |")
+    print("|---|---|---|" + "---|" * len(strategies))
+    for workload in args.workloads.split(","):
+        for ranks in (int(s) for s in args.scales.split(",")):
+            started = time.perf_counter()
+            cost = CostModel.from_preset(PRESET, shard_ranks=ranks)
+            config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
+            gbs = max(64, args.per_rank * ranks)
+            fcp_totals, ratios, labels = [], {s: [] for s in strategies}, {s: set() for s in strategies}
+            for seed in range(args.seeds):
+                lengths, patches = draw_lengths(workload, gbs * args.batches, 1000 * seed + 7)
+                batches = [(lengths[k * gbs:(k + 1) * gbs], patches[k * gbs:(k + 1) * gbs])
+                           for k in range(args.batches)]
+                fcp_total = sum(_run_strategy("fcp", batches, cost, config)[0])
+                fcp_totals.append(fcp_total)
+                for s in strategies:
+                    try:
+                        times, label = _run_strategy(s, batches, cost, config)
+                    except (BaselineInfeasibleError, ValueError) as err:
+                        labels[s].add("n/a")
+                        logging.info("%s %s %d: %s", workload, s, ranks, err)
+                        continue
+                    ratios[s].append(sum(times) / fcp_total)
+                    if label:
+                        labels[s].add(label)
+            cells = []
+            for s in strategies:
+                r = ratios[s]
+                if len(r) < args.seeds:
+                    cells.append("n/a")
+                    continue
+                tag = f" ({'/'.join(sorted(labels[s]))})" if labels[s] else ""
+                cells.append(f"{np.mean(r):.3f} [{min(r):.3f}-{max(r):.3f}]{tag}")
+            print(f"| {workload} | {ranks} | {np.mean(fcp_totals) / args.batches:,.0f} | " + " | ".join(cells)
+                  + f" |  <!-- {time.perf_counter() - started:.0f} s -->", flush=True)
+
+
+if __name__ == "__main__":
+    main()
