@@ -16,6 +16,7 @@ from mindspeed_mm.core.fcp.commands.options import (
     solver_config_from_args,
 )
 from mindspeed_mm.core.fcp.simulate.simulator import STRATEGIES, SimulationConfig, plot_report, simulate
+from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
 
 
@@ -28,7 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "predicted iteration times, speedups over Megatron-LM static CP and ratios to the lower bound.",
     )
     parser.add_argument(
-        "--datasets", type=name_list, default=DATASETS, help=f"comma-separated (default {','.join(DATASETS)})"
+        "--datasets", type=name_list, default=DATASETS,
+        help=f"comma-separated, of {','.join(WORKLOADS)} (default {','.join(DATASETS)})"
     )
     parser.add_argument(
         "--strategies", type=name_list, default=STRATEGIES, help=f"comma-separated (default {','.join(STRATEGIES)})"
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     cost = cost_model_from_args(args)
     config = SimulationConfig(
         solver=solver_config_from_args(args, cost),
-        datasets=_checked(tuple(args.datasets), DATASETS, "--datasets"),
+        datasets=_checked(tuple(args.datasets), WORKLOADS, "--datasets"),
         strategies=_checked(tuple(args.strategies), STRATEGIES, "--strategies"),
         num_batches=args.batches,
         global_batch_size=args.global_batch_size,

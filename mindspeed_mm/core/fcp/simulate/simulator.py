@@ -2,8 +2,10 @@
 
 For each dataset the same K batches (drawn once from the seeded generator) are planned by every
 strategy. A static strategy (Megatron-LM ring CP, DeepSpeed-Ulysses) is configured once for the
-whole run, sized for the longest sample of all K batches, as a launch-time CP degree would be;
-dynamic strategies choose per batch. Reported per strategy: predicted iteration time, speedup over
+whole run at its default degree, the smallest holding the longest sample of all K batches, as a
+launch-time CP degree would be; the tuned static strategies take the best (degree, algo) for the
+run (`tuned_static`), in lockstep rounds (FSDP) or with independent replicas (DDP); dynamic
+strategies choose per batch. Reported per strategy: predicted iteration time, speedup over
 Megatron-LM static CP, ratio to the lower bound and planning time.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.simulate.workloads import DATASETS, generate_samples
+from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS, draw_lengths
+from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 from mindspeed_mm.core.fcp.solver.baselines import (
@@ -28,6 +31,8 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
+from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
@@ -35,7 +40,10 @@ logger = logging.getLogger(__name__)
 
 FCP = "fcp"
 """Name of the FCP planner among the strategies."""
-STRATEGIES = (FCP, *BASELINES)
+
+TUNED = {"tuned_static_fsdp": LOCKSTEP, "tuned_static_ddp": INDEPENDENT}
+"""Tuned static strategies and their execution semantics."""
+STRATEGIES = (FCP, *BASELINES, *TUNED)
 """All strategies the simulator knows, FCP first."""
 REFERENCE = "megatron_static_cp"
 """Strategy that speedups are measured against."""
@@ -62,8 +70,8 @@ class SimulationConfig:
 
     def __post_init__(self) -> None:
         for name in self.datasets:
-            if name not in DATASETS:
-                raise ValueError(f"datasets: unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+            if name not in WORKLOADS:
+                raise ValueError(f"datasets: unknown dataset {name!r}; choose from {', '.join(WORKLOADS)}")
         for name in self.strategies:
             if name not in STRATEGIES:
                 raise ValueError(f"strategies: unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
@@ -213,7 +221,9 @@ def _format_speedup(value: float) -> str:
 
 
 def _describe_extras(extras: dict[str, object]) -> str:
-    return f" (CP {extras['cp_degree']})" if "cp_degree" in extras else ""
+    if "algo" in extras:
+        return f" ({extras['algo']} {extras['cp_degree']}, tuned)"
+    return f" (CP {extras['cp_degree']}, default)" if "cp_degree" in extras else ""
 
 
 def _plan_with(
@@ -244,6 +254,8 @@ def _simulate_strategy(
     static_degree = None
     extras: dict[str, object] = {}
     plans: list[Plan] = []
+    if strategy in TUNED:
+        return _tuned(dataset, strategy, batches, cost, config, progress)
     try:
         baseline = BASELINES.get(strategy)
         if baseline is not None and baseline.static_algo is not None:
@@ -273,14 +285,30 @@ def _simulate_strategy(
     )
 
 
+def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
+           config: SimulationConfig, progress: "tqdm | None") -> StrategyResult:
+    try:
+        tuned = tune_static(batches, cost, config.solver, TUNED[strategy])
+    except BaselineInfeasibleError as err:
+        return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
+    finally:
+        if progress is not None:
+            progress.update(len(batches))
+    if config.validate:
+        for plan, (lengths, patches) in zip(tuned.plans, batches):
+            validate_plan(plan, lengths, cost, patches)
+    return StrategyResult(
+        dataset=dataset, strategy=strategy, iteration_ms=tuned.step_ms,
+        lower_bound_ms=tuple(p.lower_bound_ms for p in tuned.plans),
+        solver_ms=tuple(p.solver_ms for p in tuned.plans), rounds=tuple(p.num_rounds for p in tuned.plans),
+        extras={"cp_degree": tuned.degree, "algo": tuned.algo})
+
+
 def draw_batches(config: SimulationConfig, dataset: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """The K (lengths, vision patches) batches of `dataset`, drawn in one seeded sweep."""
     gbs = config.global_batch_size
-    samples = generate_samples(dataset, config.num_batches * gbs, config.seed)
-    return [
-        (samples.lengths[k * gbs : (k + 1) * gbs], samples.vision_patches[k * gbs : (k + 1) * gbs])
-        for k in range(config.num_batches)
-    ]
+    lengths, patches = draw_lengths(dataset, config.num_batches * gbs, config.seed)
+    return [(lengths[k * gbs : (k + 1) * gbs], patches[k * gbs : (k + 1) * gbs]) for k in range(config.num_batches)]
 
 
 def simulate(config: SimulationConfig, cost: CostModel, *, progress: bool = False) -> SimulationReport:

@@ -1,0 +1,83 @@
+"""Tuned static layouts, their two execution semantics, the synthetic mixes and the degree restriction."""
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.mixes import MIXES, WORKLOADS, draw_lengths
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
+from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, deepspeed_ulysses, megatron_static_cp
+from mindspeed_mm.core.fcp.solver.tuned_static import (
+    INDEPENDENT,
+    LOCKSTEP,
+    independent_replicas_ms,
+    static_degrees,
+    tune_static,
+)
+
+COST = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+CONFIG = SolverConfig(16, ranks_per_node=16)
+
+
+def _batches(name="bimodal", k=2, gbs=64, seed=3):
+    lengths, patches = draw_lengths(name, k * gbs, seed)
+    return [(lengths[i * gbs:(i + 1) * gbs], patches[i * gbs:(i + 1) * gbs]) for i in range(k)]
+
+
+def test_tuned_static_is_the_best_of_every_static_layout():
+    batches = _batches()
+    tuned = tune_static(batches, COST, CONFIG, LOCKSTEP)
+    longest = max(int(b[0].max()) for b in batches)
+    totals = {}
+    for algo, planner in (("ring", megatron_static_cp), ("ulysses", deepspeed_ulysses)):
+        for d in static_degrees(longest, COST, CONFIG, algo):
+            totals[(d, algo)] = sum(planner(l, COST, CONFIG, p, cp_degree=d).predicted_ms for l, p in batches)
+    assert len(totals) >= 3
+    assert sum(tuned.step_ms) == pytest.approx(min(totals.values()))
+    assert totals[(tuned.degree, tuned.algo)] == pytest.approx(sum(tuned.step_ms))
+    for plan, (lengths, patches) in zip(tuned.plans, batches):
+        validate_plan(plan, lengths, COST, patches)
+
+
+def test_independent_replicas_never_wait_longer_than_lockstep_rounds():
+    for lengths, patches in _batches("internvid"):
+        plan = megatron_static_cp(lengths, COST, CONFIG, patches, cp_degree=4)
+        independent = independent_replicas_ms(plan)
+        busiest = max(sum(g.predicted_ms for r in plan.rounds for g in r.groups if g.ranks[0] // 4 == rep)
+                      for rep in range(4))
+        all_work = sum(g.predicted_ms for r in plan.rounds for g in r.groups)
+        assert all_work / 4 <= independent <= plan.predicted_ms * (1 + 1e-12)
+        assert independent <= busiest * (1 + 1e-12)
+    ddp = tune_static(_batches("internvid"), COST, CONFIG, INDEPENDENT)
+    fsdp = tune_static(_batches("internvid"), COST, CONFIG, LOCKSTEP)
+    assert sum(ddp.step_ms) <= sum(fsdp.step_ms) * (1 + 1e-12)
+
+
+def test_no_static_layout_is_named():
+    lengths = np.array([10 * COST.capacity_tokens, 100])
+    with pytest.raises(BaselineInfeasibleError, match="no static"):
+        tune_static([(lengths, None)], COST, SolverConfig(8, ranks_per_node=16), LOCKSTEP)
+
+
+def test_mixes_are_seeded_and_shaped_as_documented():
+    assert set(MIXES) <= set(WORKLOADS)
+    for name in MIXES:
+        a, pa = draw_lengths(name, 4000, 1)
+        b, pb = draw_lengths(name, 4000, 1)
+        assert np.array_equal(a, b) and np.array_equal(pa, pb) and (a > 0).all() and (pa >= 0).all()
+    lengths, _ = draw_lengths("bimodal", 4000, 1)
+    assert 0.12 < np.mean(lengths >= 40_000) < 0.18 and np.median(lengths) < 2500
+    lengths, _ = draw_lengths("imagevideo", 4000, 1)
+    assert np.mean(lengths <= 1280 + 500) > 0.6 and lengths.max() > 30_000
+    with pytest.raises(ValueError, match="unknown workload"):
+        draw_lengths("nope", 4, 0)
+
+
+def test_planner_keeps_to_the_allowed_degrees():
+    lengths, patches = draw_lengths("bimodal", 96, 2)
+    config = SolverConfig(24, ranks_per_node=8, degrees=(1, 2, 4, 8, 16))
+    cost = CostModel.from_preset("910b-qwen3vl-8b", shard_ranks=24)
+    plan = plan_batch(lengths, cost, config, patches)
+    validate_plan(plan, lengths, cost, patches)
+    assert {g.degree for r in plan.rounds for g in r.groups} <= {1, 2, 4, 8, 16}
+    with pytest.raises(ValueError, match="degrees must be positive ints including 1"):
+        SolverConfig(8, degrees=(2, 4))
