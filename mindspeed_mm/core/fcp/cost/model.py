@@ -214,6 +214,20 @@ class CostModel:
         k = int(np.argmin(times))
         return times[k], self.algos[k]
 
+    def group_time_table(self, columns: WorkloadColumns, degrees: np.ndarray, algo: str) -> np.ndarray:
+        """`group_time_ms` of many workloads for one algo: row k of `degrees` (an int [K, W] matrix)
+        holds the degrees of workload k; returns times [K, W] (inf where infeasible)."""
+        if algo not in ALGOS:
+            raise ValueError(f"unknown algo {algo!r}; valid: {list(ALGOS)}")
+        d_int = np.asarray(degrees)
+        if d_int.ndim != 2 or d_int.dtype.kind not in "iu" or d_int.shape[0] != len(columns):
+            raise ValueError(f"degrees must be a 2-D int array with one row per workload, got {d_int.shape}")
+        if d_int.size and d_int.min() < 1:
+            raise ValueError(f"degrees must be >= 1, got {int(d_int.min())}")
+        out = self._algo_times(columns, d_int, algo)
+        self._mask_memory(columns, d_int, out)
+        return out
+
     def best_time_table(self, workloads: Sequence[GroupWorkload] | WorkloadColumns,
                         degrees: Any) -> tuple[np.ndarray, np.ndarray]:
         """`best_time_ms` of many workloads at once: row k of `degrees` (an int [K, W] matrix) holds

@@ -31,9 +31,9 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
-from mindspeed_mm.core.fcp.solver.placement import placed_node_part
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
 
@@ -141,7 +141,8 @@ def _batch_lower_bound(
     """The planner's lower bound for this batch, so every strategy is measured against the same bound."""
     values = [int(x) for x in lengths]
     extra = None if patches is None else [int(p) for p in patches]
-    workloads = [cost.workload([length], None if extra is None else [extra[i]]) for i, length in enumerate(values)]
+    workloads = SampleWorkloads(cost, np.asarray(values, dtype=np.int64),
+                                None if extra is None else np.asarray(extra, dtype=np.int64))
     timer = GroupTimer(cost, config.degree_limit)
     rounds = min_rounds(values, config.num_ranks, cost.capacity_tokens)
     return step_lower_bound(cost, workloads, values, extra, timer, config.num_ranks, rounds)
@@ -202,9 +203,8 @@ def _balanced_packs(
     least-loaded micro-batch with room (so every micro-batch gets at least one sample).
     """
     capacity = degree * cost.capacity_tokens
-    alone_ms = [
-        float(cost.group_time_ms(_workload(cost, [i], lengths, patches), degree, algo)) for i in range(lengths.size)
-    ]
+    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
+    alone_ms = cost.group_time_table(columns, np.full((lengths.size, 1), degree, dtype=np.int64), algo)[:, 0].tolist()
     order = sorted(range(lengths.size), key=lambda i: (-alone_ms[i], -int(lengths[i]), i))
     fewest_packs = -(-int(lengths.sum()) // capacity)
     rounds = max(1, -(-fewest_packs // replicas))
@@ -256,17 +256,24 @@ def _homogeneous_plan(
         )
     replicas = config.num_ranks // degree
     rpn = config.ranks_per_node
-    packs = [
-        _group(0, degree, algo, pack, lengths, patches, cost, rpn)
-        for pack in _balanced_packs(lengths, patches, cost, degree, algo, replicas)
-    ]
+    packs = [tuple(sorted(p)) for p in _balanced_packs(lengths, patches, cost, degree, algo, replicas)]
+    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
+    sizes = [len(p) for p in packs]
+    members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
+    sums = columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
+    pack_ms = cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0].tolist()
     # Slowest micro-batches share a round: sorted chunks minimise the sum of the round maxima.
-    packs.sort(key=lambda g: (-g.predicted_ms, g.samples))
-    rounds = [
-        _round([_group(j * degree, degree, algo, g.samples, lengths, patches, cost, rpn)
-                for j, g in enumerate(packs[i : i + replicas])])
-        for i in range(0, len(packs), replicas)
-    ]
+    order = sorted(range(len(packs)), key=lambda k: (-pack_ms[k], packs[k]))
+    rounds = []
+    for i in range(0, len(order), replicas):
+        groups = []
+        for j, k in enumerate(order[i : i + replicas]):
+            first = j * degree
+            if placed_node_part(first, degree, rpn) == compact_node_part(degree, rpn):
+                groups.append(GroupPlan(_block(j, degree), degree, algo, packs[k], pack_ms[k]))
+            else:   # a block across a node boundary pays the inter-node cost
+                groups.append(_group(first, degree, algo, packs[k], lengths, patches, cost, rpn, sums.workload(k)))
+        rounds.append(_round(groups))
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}
     return _plan(rounds, lengths, cost, config, patches, started, extras)
 
