@@ -1,0 +1,165 @@
+"""A tiny random Qwen3-VL, its tokenizer/processor and a small image+video dataset, all built locally.
+
+Nothing is downloaded: the model folder is made with transformers' `Qwen3VLConfig` and saved with fp32 random
+weights (a fixed seed), the tokenizer is a byte-level BPE trained here with the `tokenizers` library and wrapped as
+`Qwen2TokenizerFast` with Qwen's special tokens, the processor is `Qwen3VLProcessor` (`Qwen2VLImageProcessor`,
+`Qwen3VLVideoProcessor`). The weights are saved (and loaded by upstream's `from_pretrained`) rather than
+initialised on the meta device, because meta-device initialisation on several CPU ranks draws different initial
+weights per world size (DTensor random ops on a CPU mesh), which would make losses incomparable across topologies.
+
+Runs in the upstream interpreter (it needs transformers, tokenizers, PIL and av); `python tiny_qwen3vl.py OUT`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>",
+)
+VOCAB_SIZE = 320
+CORPUS = (
+    "A small red square sits on a blue field. The camera slowly pans from left to right. "
+    "Describe the picture in one sentence. What happens in the video? Please describe the image. "
+    "A cat walks across the room, then stops near the window and looks outside at the garden. "
+    "Numbers 0 1 2 3 4 5 6 7 8 9 and seconds like <0.5 seconds> <1.0 seconds> appear in timestamps. "
+    "user assistant system: the quick brown fox jumps over the lazy dog, again and again."
+)
+TEXT_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                  rope_theta=10000.0, rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                    "mrope_interleaved": True})
+VISION_SHAPE = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=16,
+                    spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64,
+                    deepstack_visual_indexes=[0])
+MODEL_SUMMARY = {"vit_layers": 2, "llm_layers": 2, "llm_hidden": 64, "llm_heads": 4, "llm_kv_heads": 2,
+                 "vit_hidden": 32, "vit_heads": 2, "vocab_size": VOCAB_SIZE}
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2TokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    raw.train_from_iterator([CORPUS] * 4, trainer=trainer)
+    return Qwen2TokenizerFast(
+        tokenizer_object=raw, unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]), model_max_length=4096,
+    )
+
+
+def build_processor(tokenizer):
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16, temporal_patch_size=2, merge_size=2, min_pixels=32 * 32, max_pixels=128 * 128,
+        size={"shortest_edge": 32 * 32, "longest_edge": 128 * 128}, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        patch_size=16, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": 64 * 64 * 8},
+        image_mean=[0.5] * 3, image_std=[0.5] * 3, fps=2, min_frames=4, max_frames=8,
+    )
+    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
+
+
+def build_model_folder(out: Path, seed: int = 1234) -> Path:
+    """Save config, fp32 random weights, tokenizer and processor under `out`; returns `out`."""
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    ids = {name: tokenizer.convert_tokens_to_ids(name) for name in SPECIAL_TOKENS}
+    config = Qwen3VLConfig(
+        text_config=dict(vocab_size=VOCAB_SIZE, tie_word_embeddings=False, **TEXT_SHAPE),
+        vision_config=VISION_SHAPE, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(config).float()
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    build_processor(tokenizer).save_pretrained(out)
+    (out / "tiny_summary.json").write_text(json.dumps(
+        {**MODEL_SUMMARY, "parameters": sum(p.numel() for p in model.parameters())}, indent=1))
+    return out
+
+
+def _image(path: Path, width: int, height: int, seed: int) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB").save(path)
+
+
+def _video(path: Path, frames: int, size: int, fps: int, seed: int) -> None:
+    import av
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for _ in range(frames):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+_ANSWERS = (
+    "A small red square sits on a blue field.",
+    "A cat walks across the room, then stops near the window and looks outside at the garden.",
+    "The quick brown fox jumps over the lazy dog.",
+    "The camera slowly pans from left to right, again and again.",
+)
+
+
+def build_dataset(out: Path, num_samples: int = 16) -> Path:
+    """Images (PIL) and short videos (av, mpeg4) plus `data.json` in MindSpeed-MM's llava-style message format.
+
+    Samples alternate image / video; every sample has both `images` and `videos` lists (one of them empty), so
+    the recipe keeps `attr.images: images` and `attr.videos: videos`.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for i in range(num_samples):
+        answer = " ".join(_ANSWERS[(i + j) % len(_ANSWERS)] for j in range(1 + i % 3))
+        if i % 2 == 0:
+            name = f"image_{i}.png"
+            _image(out / name, width=64 + 32 * (i % 3), height=64, seed=i)
+            samples.append({"messages": [{"role": "user", "content": "<image>Please describe the image."},
+                                         {"role": "assistant", "content": answer}],
+                            "images": [name], "videos": []})
+        else:
+            name = f"video_{i}.mp4"
+            _video(out / name, frames=8, size=64, fps=4, seed=i)
+            samples.append({"messages": [{"role": "user", "content": "<video>What happens in the video?"},
+                                         {"role": "assistant", "content": answer}],
+                            "images": [], "videos": [name]})
+    path = out / "data.json"
+    path.write_text(json.dumps(samples, indent=1))
+    return path
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1])
+    build_model_folder(root / "hf")
+    build_dataset(root / "data")
+    print(json.dumps({"hf": str(root / "hf"), "data": str(root / "data" / "data.json")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
