@@ -1,12 +1,12 @@
 #!/bin/bash
-# Qwen3-VL-8B full SFT with FCP on Atlas A3 (16 dies per node; each die is one rank).
-# The entry script must register FCP once, before `import mindspeed.megatron_adaptor`:
+# Qwen3-VL-8B full SFT with FCP on one Atlas A3 node of 8 NPUs, the layout of MindSpeed-MM's
+# finetune_qwen3vl_8B.sh. The entry script must register FCP once, before `import mindspeed.megatron_adaptor`:
 #     import mindspeed_mm_fcp.register  # noqa: F401
 # (see docs/zh/features/parallel/fcp.md). Switching back to static CP only needs
 # context_parallel_algo: ulysses_cp_algo and context_parallel_size in the YAML.
 
 # Change to the ascend-toolkit path of this machine
-source /usr/local/Ascend/ascend-toolkit/set_env.sh
+source /usr/local/Ascend/cann/set_env.sh
 export CUDA_DEVICE_MAX_CONNECTIONS=2   # only to pass Megatron's check; no effect on NPU (FSDP2 needs > 1)
 export ASCEND_SLOG_PRINT_TO_STDOUT=0
 export ASCEND_GLOBAL_LOG_LEVEL=3
@@ -22,10 +22,10 @@ export MULTI_STREAM_MEMORY_REUSE=1
 # export HCCL_SOCKET_IFNAME=
 # export GLOO_SOCKET_IFNAME=
 
-NPUS_PER_NODE=16
+NPUS_PER_NODE=8
 MASTER_ADDR=localhost
 MASTER_PORT=6000
-NNODES=4
+NNODES=1
 NODE_RANK=0
 WORLD_SIZE=$(($NPUS_PER_NODE*$NNODES))
 

@@ -120,7 +120,7 @@ def test_cpu_example_config_loads_and_its_script_names_it() -> None:
 def test_npu_example_selects_fcp_with_the_required_megatron_options() -> None:
     gpt_args = yaml.safe_load((EXAMPLES / "qwen3vl_full_sft_8B_fcp.yaml").read_text(encoding="utf-8"))["gpt_args"]
     assert gpt_args["context_parallel_algo"] == "fcp_cp_algo"
-    assert gpt_args["micro_batch_size"] == 1 and gpt_args["calculate_per_token_loss"] is True
+    assert gpt_args["micro_batch_size"] == 1 and gpt_args["context_parallel_size"] == 1
     assert gpt_args["fcp_preset"] in list_presets()
     assert all(not isinstance(v, (list, dict)) for k, v in gpt_args.items() if k.startswith("fcp_"))
     script = (EXAMPLES / "finetune_qwen3vl_8B_fcp.sh").read_text(encoding="utf-8")

@@ -132,12 +132,6 @@ def test_micro_batch_size_must_be_one():
         validate_fcp_args(_with_training_options("--micro-batch-size", "2", "--calculate-per-token-loss"))
 
 
-def test_per_token_loss_required_when_megatron_has_the_option():
-    with pytest.raises(FCPArgumentError, match="--calculate-per-token-loss"):
-        validate_fcp_args(_with_training_options())
-    validate_fcp_args(_with_training_options("--calculate-per-token-loss"))
-
-
 def test_hooks_ignore_runs_without_fcp():
     """MindSpeed calls every feature's validation hooks: a run without FCP must pass through untouched."""
     parser = argparse.ArgumentParser()

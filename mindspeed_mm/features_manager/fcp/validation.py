@@ -27,7 +27,6 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
     _coerce_fcp_options(args)
     check_static_layout(args)
     _check_incompatible_flags(args)
-    _check_per_token_loss(args)
     table = _load_cost_source(args)
     if table is not None:
         _check_table_matches_model(table, args)
@@ -63,14 +62,6 @@ def _check_incompatible_flags(args: argparse.Namespace) -> None:
         if getattr(args, name, None):
             flag = "--" + name.replace("_", "-")
             raise FCPArgumentError(f"{flag} cannot be combined with --context-parallel-algo fcp_cp_algo")
-
-
-def _check_per_token_loss(args: argparse.Namespace) -> None:
-    if getattr(args, "calculate_per_token_loss", True) is False:
-        raise FCPArgumentError(
-            "--context-parallel-algo fcp_cp_algo needs --calculate-per-token-loss: ranks hold different numbers "
-            "of tokens in each round, and only a loss summed over tokens and divided by the global batch's "
-            "token count gives every token the same weight")
 
 
 def _load_cost_source(args: argparse.Namespace) -> ProfileTable | None:
