@@ -29,6 +29,7 @@ from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_b
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.round_layout import GroupChoice, RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
+from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
@@ -50,6 +51,8 @@ _LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False,
 # below which the local search is skipped.
 _LEAN_EXTRA_ROUNDS = 2
 _GOOD_ENOUGH = 1.01
+# Thorough search: rounds re-solved at most by the moves of samples between rounds.
+_EXCHANGE_BUDGET = 20
 # Share of the memory of the previous round count's ranks above which one more round is always tried.
 _TIGHT_MEMORY = 0.75
 
@@ -163,7 +166,7 @@ def _best_rounds(
         count += 1
     if best is None:
         raise _no_plan(limit, n_ranks, capacity)
-    return best[1]
+    return exchange_between_rounds(solver, best[1], _EXCHANGE_BUDGET)
 
 
 def _lean_rounds(
