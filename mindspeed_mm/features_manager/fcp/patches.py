@@ -103,12 +103,17 @@ def active_patches() -> list[FCPPatch]:
 
 def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[FCPPatch]:
     """Configures the FCP runtime from `args` and registers the active patches; returns them."""
+    from mindspeed_mm_fcp.feature import fcp_ranks
+
     from .runtime import FCPRuntimeSettings, reset_fcp_runtime
 
     reset_fcp_runtime(FCPRuntimeSettings(group_pool=args.fcp_group_pool, max_degree=args.fcp_max_degree))
     patches = active_patches()
     for patch in patches:
         patch_manager.register_patch(patch.target, patch.load_adapter())
+    logger.info("FCP: context_parallel_algo=fcp_cp_algo on %d ranks, max degree %s, cost source %s; patched %s",
+                fcp_ranks(args), args.fcp_max_degree or "all", args.fcp_profile_table or args.fcp_preset,
+                ", ".join(patch.target for patch in patches))
     skipped = [patch.target for patch in FCP_PATCHES if patch not in patches]
     if skipped:
         logger.info("FCP: not patching %s (package not importable)", ", ".join(skipped))
