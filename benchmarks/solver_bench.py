@@ -3,7 +3,8 @@
 One run measures:
 1. solver time of `plan_batch`, CPU (process time: other processes on shared cores do not count) and
    wall, p50 / p99, for 512 samples on 64 ranks and 4096 samples on 1024 ranks, with OpenVid /
-   InternVid-like batches (vision patches included) on the Qwen3-VL-8B Atlas A3 preset, the share of
+   InternVid / MSR-VTT-like batches and the bimodal and image+video mixes (vision patches included)
+   on the Qwen3-VL-8B Atlas A3 preset, the share of
    that time spent inside cost-model calls, the mean number of those calls (the memory-limited model
    and its memory-free copy together), and predicted step time / lower bound of those plans;
 2. on the same batches, FCP's predicted step time against every baseline strategy (static degrees
@@ -26,14 +27,14 @@ import numpy as np
 from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
+from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, solve_exact, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
 
 logger = logging.getLogger("solver_bench")
 PRESET = "a3-qwen3vl-8b"
 TARGETS_MS = {(512, 64): 10.0, (4096, 1024): 100.0}
-DATASETS = ("openvid", "internvid")
+DATASETS = ("openvid", "internvid", "msrvtt", "bimodal", "imagevideo")
 
 
 class CostTimer:
@@ -77,12 +78,12 @@ def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches
     result = ScaleResult(dataset, samples, ranks)
     config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
     timed = CostTimer(cost)
-    warm = generate_samples(dataset, samples, seed=10_000)
-    plan_batch(warm.lengths.tolist(), cost, config, patches=warm.vision_patches.tolist())  # first-call set-up
+    warm_lengths, warm_patches = draw_lengths(dataset, samples, seed=10_000)
+    plan_batch(warm_lengths.tolist(), cost, config, patches=warm_patches.tolist())  # first-call set-up
     for seed in tqdm(range(batches), desc=f"{dataset} {samples}x{ranks}", leave=False):
-        batch = generate_samples(dataset, samples, seed=seed)
-        lengths = batch.lengths.tolist()
-        patches = batch.vision_patches.tolist()
+        batch_lengths, batch_patches = draw_lengths(dataset, samples, seed=seed)
+        lengths = batch_lengths.tolist()
+        patches = batch_patches.tolist()
         timed.seconds = 0.0
         wall, cpu = time.perf_counter(), time.process_time()
         plan = plan_batch(lengths, cost, config, patches=patches)
@@ -180,13 +181,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     cost = CostModel.from_preset(PRESET)
-    batched = hasattr(cost, "best_time_table")
     exact_cost = CostModel.from_preset(PRESET)  # not wrapped by the timer
     small_count = args.small_instances or (40 if args.quick else 200)
     scales = [(512, 64, 10 if args.quick else 50), (4096, 1024, 3 if args.quick else 10)]
     print(f"preset {PRESET}: capacity {cost.capacity_tokens} tokens/rank, {cost.ranks_per_node} ranks/node; "
-          f"cost queries {'batched' if batched else 'one call per workload'}; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+                    f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
 
     print("\n1. plan_batch on OpenVid / InternVid-like batches (vision patches included); times in ms, "
           "CPU = process time")
