@@ -15,6 +15,7 @@ from torch_npu import _ops
 from torch_npu._attention import npu_fusion_attention, npu_fusion_attention_grad  # noqa: F401
 from torch_npu._ops import npu_rms_norm, npu_rotary_mul  # noqa: F401
 from torch_npu import npu  # noqa: E402
+from torch_npu import _C, contrib, profiler, utils  # noqa: F401,E402  (the real package exposes these on import)
 
 __version__ = "2.7.1.cpu_ascend"
 __file__ = __file__

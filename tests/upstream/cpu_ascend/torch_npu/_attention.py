@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from torch_npu._trace import count
+
 _STAT_COPIES = 8
 _COMPRESSED_MASK = 2048
 _DEFAULT_TOKENS = 2147483647
@@ -215,6 +217,7 @@ class _FusionAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dmax, _dsum):
         q, k, v, out, row_max, row_sum, mask = ctx.saved_tensors
+        count("npu_fusion_attention:backward")
         head_num, layout, scale, sparse_mode, qlen, kvlen = ctx.args
         dq, dk, dv = _backward(q, k, v, dout, out, row_max, row_sum, head_num, layout, mask, scale,
                                sparse_mode, qlen, kvlen)
@@ -264,6 +267,7 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
         raise _unsupported(f"softmax_layout {softmax_layout!r}")
     if scale is None or not math.isfinite(float(scale)):
         raise ValueError(f"npu_fusion_attention: scale must be a finite float, got {scale}")
+    count(f"npu_fusion_attention:{input_layout}:sparse_mode{int(sparse_mode)}")
     out, row_max, row_sum = _FusionAttention.apply(
         query, key, value, int(head_num), input_layout, atten_mask, float(scale), int(sparse_mode),
         actual_seq_qlen, actual_seq_kvlen)
@@ -282,6 +286,7 @@ def npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, 
                   atten_mask)
     if softmax_max is None or softmax_sum is None or attention_in is None:
         raise ValueError("npu_fusion_attention_grad needs softmax_max, softmax_sum and attention_in")
+    count(f"npu_fusion_attention_grad:{input_layout}:sparse_mode{int(sparse_mode)}")
     dq, dk, dv = _backward(query, key, value, dy, attention_in, softmax_max[..., 0].float(),
                            softmax_sum[..., 0].float(), int(head_num), input_layout, atten_mask,
                            float(scale_value), int(sparse_mode), actual_seq_qlen, actual_seq_kvlen)

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import torch
 
+from torch_npu._trace import count
+
 
 def npu_rms_norm(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6):
     """RMSNorm as the NPU kernel computes it: fp32 statistics, result cast back to the input dtype.
 
     Returns `(y, rstd)`; `rstd` (float32) has the shape of `x` with the normalised (gamma's) dimensions set to 1.
     """
+    count("npu_rms_norm")
     dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
     xf = x.float()
     rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
@@ -23,6 +26,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def npu_rotary_mul(x: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half"):
     """`x * cos + rotate_half(x) * sin` with `cos` = r1, `sin` = r2 broadcast to x (mode "half" only)."""
+    count("npu_rotary_mul")
     if rotary_mode != "half":
         raise NotImplementedError(f"cpu_ascend torch_npu.npu_rotary_mul: rotary_mode {rotary_mode!r} is not implemented")
     return x * r1 + _rotate_half(x) * r2

@@ -3,7 +3,7 @@
 The host executes every operation synchronously, so synchronisation is immediate and streams/events only keep
 their bookkeeping (events record a host time for `elapsed_time`). The "device" random generator is the CPU default
 generator, because every "device" tensor is a host tensor and host ops draw from it. Memory figures are the
-process's resident memory (psutil): allocated = reserved = current RSS, peak = highest RSS seen since the last
+process's resident memory (/proc/self/statm): allocated = reserved = current RSS, peak = highest RSS seen since the last
 reset (initially the process's peak RSS).
 """
 from __future__ import annotations
@@ -223,9 +223,11 @@ def set_rng_state_all(states) -> None:
 # --- memory: the process's resident memory ------------------------------------------------------------------
 
 def _rss() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: the peak is the best figure available
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _total_memory() -> int:
@@ -270,9 +272,7 @@ def memory_stats(device=None) -> dict:
 
 
 def mem_get_info(device=None):
-    import psutil
-
-    return psutil.virtual_memory().available, _total_memory()
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"), _total_memory()
 
 
 def empty_cache() -> None:

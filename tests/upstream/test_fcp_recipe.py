@@ -1,0 +1,33 @@
+"""The FCP recipe is upstream's Qwen3-VL 8B recipe with only the FCP keys changed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from bed import REPO
+
+FCP_RECIPE = REPO / "examples" / "qwen3vl" / "qwen3vl_full_sft_8B_fcp.yaml"
+UPSTREAM_RECIPE = Path("examples") / "qwen3vl" / "qwen3vl_full_sft_8B.yaml"
+FCP_CHANGES = {"context_parallel_algo": ("ulysses_cp_algo", "fcp_cp_algo")}
+"""Upstream keys whose value FCP's recipe changes (old, new); every other change must be a new `fcp_*` key."""
+
+
+def flatten(node: object, prefix: str = "") -> dict[str, object]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    flat: dict[str, object] = {}
+    for key, value in node.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def test_fcp_recipe_differs_from_upstream_only_in_the_fcp_keys(upstream_sources) -> None:
+    upstream = flatten(yaml.safe_load((upstream_sources.mindspeed_mm / UPSTREAM_RECIPE).read_text()))
+    ours = flatten(yaml.safe_load(FCP_RECIPE.read_text()))
+    removed = sorted(set(upstream) - set(ours))
+    added = sorted(set(ours) - set(upstream))
+    changed = {key: (upstream[key], ours[key]) for key in set(upstream) & set(ours) if upstream[key] != ours[key]}
+    assert removed == []
+    assert added and all(key.startswith("gpt_args.fcp_") for key in added), added
+    assert changed == {f"gpt_args.{key}": values for key, values in FCP_CHANGES.items()}
