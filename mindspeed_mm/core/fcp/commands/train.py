@@ -8,13 +8,34 @@ unsharded reference that FCP runs must reproduce.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import math
+import os
 import sys
 from pathlib import Path
 
-from mindspeed_mm.core.fcp.executor.config import embedded_config_names, load_run_config
+from mindspeed_mm.core.fcp.executor.config import (
+    DEFAULT_COMM_TIMEOUT_S,
+    RunConfig,
+    embedded_config_names,
+    load_run_config,
+)
 
 _TRAINING_LOGGERS = ("mindspeed_mm.core.fcp.executor",)
+EXIT_COMMUNICATION_FAILURE = 1
+"""Exit status of a rank whose exchange with a stalled or dead rank failed."""
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -30,12 +51,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     shipped = ", ".join(name.removesuffix(".yaml") for name in embedded_config_names())
     parser.add_argument("config", help=f"run YAML, or the name of a shipped one ({shipped})")
-    parser.add_argument("--output-dir", type=Path, help="rank 0 writes result.json and final_state.pt here")
+    parser.add_argument("--output-dir", type=Path,
+                        help="rank 0 writes run_status.json, final_state.pt and result.json here (checked before "
+                        "training; each file written atomically, result.json last)")
     parser.add_argument(
         "--reference", action="store_true", help="run the single-process unsharded reference instead (one process)"
     )
     parser.add_argument("--cpu", action="store_true", help="train on the CPU with gloo even if an accelerator exists")
     parser.add_argument("--progress", action="store_true", help="progress bar on rank 0 (stderr)")
+    parser.add_argument("--comm-timeout-s", type=seconds, metavar="S",
+                        help="longest wait of any exchange on the world group and the FCP groups; a stalled rank "
+                        "makes every other rank stop with an error naming the step and the group within it "
+                        f"(overrides the YAML's fcp_comm_timeout_s; default {DEFAULT_COMM_TIMEOUT_S:g})")
     return parser
 
 
@@ -50,17 +77,40 @@ def _configure_training_log() -> None:
         logger.propagate = False
 
 
+def effective_run_config(args: argparse.Namespace) -> RunConfig:
+    """The YAML's configuration with the command-line overrides applied."""
+    config = load_run_config(args.config)
+    if args.comm_timeout_s is not None:
+        config = dataclasses.replace(config, fcp=dataclasses.replace(config.fcp, comm_timeout_s=args.comm_timeout_s))
+    return config
+
+
 def run(args: argparse.Namespace) -> int:
     """Train; rank 0 prints the mean step-time split at the end."""
-    config = load_run_config(args.config)
+    config = effective_run_config(args)
     _configure_training_log()
+    from mindspeed_mm.core.fcp.executor.comm_errors import CommunicationError, communication
+    from mindspeed_mm.core.fcp.executor.config_check import check_run_agreement, effective_config
     from mindspeed_mm.core.fcp.executor.distributed import init_distributed, shutdown_distributed
     from mindspeed_mm.core.fcp.executor.reference import train_reference
-    from mindspeed_mm.core.fcp.executor.results import final_parameters, save_result
+    from mindspeed_mm.core.fcp.executor.results import final_parameters
+    from mindspeed_mm.core.fcp.executor.run_outputs import OutputDirError, RunOutputs
     from mindspeed_mm.core.fcp.executor.trainer import Trainer
 
-    context = init_distributed(force_cpu=args.cpu)
+    context = init_distributed(force_cpu=args.cpu, comm_timeout_s=config.fcp.comm_timeout_s)
+    outputs = RunOutputs(args.output_dir) if args.output_dir is not None and context.rank == 0 else None
+    started = False
     try:
+        problem = None
+        if outputs is not None:
+            try:
+                outputs.start()
+                started = True
+            except OutputDirError as err:
+                problem = str(err)
+        with communication("start-up", "configuration check", list(range(context.world_size)),
+                           context.comm_timeout_s):
+            check_run_agreement(effective_config(config, context.world_size), problem)
         if args.reference:
             if context.world_size != 1:
                 raise ValueError(f"--reference runs on one process, but {context.world_size} were launched")
@@ -69,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
             trainer = Trainer(config, context)
             result = trainer.train(progress=args.progress)
             params = final_parameters(trainer.model)
+        if outputs is not None:
+            outputs.save(result, params)
         if context.rank == 0:
-            if args.output_dir is not None:
-                save_result(result, params, args.output_dir)
             split = ", ".join(f"{k.removesuffix('_ms')} {v:.1f} ms" for k, v in result.mean_timings_ms().items())
             logging.getLogger(_TRAINING_LOGGERS[0]).info(
                 "%s on %d rank(s), mean over steps 2..%d: %s",
@@ -80,6 +130,22 @@ def run(args: argparse.Namespace) -> int:
                 len(result.steps),
                 split,
             )
+    except CommunicationError as err:
+        if started and outputs is not None:
+            outputs.interrupted(str(err))
+        print(f"fcp train: error: rank {context.rank}: {err}", file=sys.stderr)
+        if context.world_size > 1:
+            # A peer is gone: tearing the groups and the interpreter down can wait on it (NCCL's destroy
+            # can hang; gloo's and the interpreter's teardown take seconds on a loaded host), so the
+            # rank leaves at once, as torch's own NCCL error handling does. torchrun ends the others.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_COMMUNICATION_FAILURE)
+        return EXIT_COMMUNICATION_FAILURE
+    except BaseException as err:
+        if started and outputs is not None:
+            outputs.interrupted(f"{type(err).__name__}: {err}")
+        raise
     finally:
         shutdown_distributed()
     return 0

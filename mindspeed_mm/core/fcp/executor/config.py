@@ -27,6 +27,8 @@ CP_ALGOS = ("fcp_cp_algo", "megatron_cp_algo")
 """Values of `context_parallel_algo`: FCP, or Megatron's static ring context parallelism."""
 
 _REQUIRED = dataclasses.MISSING
+DEFAULT_COMM_TIMEOUT_S = 300.0
+"""Default of `fcp_comm_timeout_s`: far below torch's 30 minutes, far above any healthy exchange of a step."""
 
 
 class ConfigError(ValueError):
@@ -139,6 +141,9 @@ class FCPConfig:
     """Correct the cost model per degree / algo from the measured group times of earlier steps."""
     recalibration_smoothing: float = _key("fcp_recalibration_smoothing", 0.3)
     """Weight of the newest measurement in the smoothed correction factors, in (0, 1]."""
+    comm_timeout_s: float = _key("fcp_comm_timeout_s", DEFAULT_COMM_TIMEOUT_S)
+    """Longest wait of any collective or point-to-point exchange, on the world group and every FCP group,
+    in seconds: a rank that stalls makes every other rank stop with an error within it."""
 
 
 @dataclass(frozen=True)
@@ -451,6 +456,8 @@ def _check_consistency(config: RunConfig) -> None:
         raise ConfigError(f"{where}: head dimension {m.head_dim} must be even for RoPE")
     if (f.preset is None) == (f.profile_table is None):
         raise ConfigError(f"{where}: set exactly one of fcp_preset and fcp_profile_table")
+    if not 0.0 < f.comm_timeout_s < float("inf"):
+        raise ConfigError(f"{where}.fcp_comm_timeout_s must be a positive number of seconds, got {f.comm_timeout_s}")
     if not 0.0 < f.recalibration_smoothing <= 1.0:
         raise ConfigError(f"{where}.fcp_recalibration_smoothing must be in (0, 1], got {f.recalibration_smoothing}")
     data_where = f"{config.source}: data"

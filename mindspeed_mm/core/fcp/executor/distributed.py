@@ -9,7 +9,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-_TIMEOUT = timedelta(minutes=10)
+from mindspeed_mm.core.fcp.executor.config import DEFAULT_COMM_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class DistributedContext:
     """Device the model runs on."""
     backend: str
     """torch.distributed backend: gloo on CPU, nccl on CUDA, hccl on Ascend NPU."""
+    comm_timeout_s: float = DEFAULT_COMM_TIMEOUT_S
+    """Longest wait of an exchange on the world group; FCP's groups are created with the same timeout."""
 
 
 def _accelerator(local_rank: int) -> tuple[torch.device, str]:
@@ -39,20 +41,28 @@ def _accelerator(local_rank: int) -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
-def init_distributed(force_cpu: bool = False) -> DistributedContext:
-    """Joins the torchrun world (or makes a one-process world) and sets megatron-core's TP = PP = 1 state."""
+def init_distributed(force_cpu: bool = False, comm_timeout_s: float = DEFAULT_COMM_TIMEOUT_S) -> DistributedContext:
+    """Joins the torchrun world (or makes a one-process world) and sets megatron-core's TP = PP = 1 state.
+
+    Every exchange on the world group (and the rendezvous itself) waits at most `comm_timeout_s`
+    seconds; an already initialised default group keeps the timeout it was created with.
+    """
     from megatron.core import parallel_state
 
+    if not 0 < comm_timeout_s < float("inf"):
+        raise ValueError(f"comm_timeout_s must be a positive number of seconds, got {comm_timeout_s}")
+    timeout = timedelta(seconds=comm_timeout_s)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device, backend = (torch.device("cpu"), "gloo") if force_cpu else _accelerator(local_rank)
     if not dist.is_initialized():
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, timeout=_TIMEOUT)
+            dist.init_process_group(backend, timeout=timeout)
         else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device, backend=backend)
+    return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device, backend=backend,
+                              comm_timeout_s=comm_timeout_s)
 
 
 def shutdown_distributed() -> None:

@@ -1,18 +1,11 @@
-"""Step-by-step record of a training run, as written to `result.json`."""
+"""Step-by-step record of a training run, as written to `result.json` (see `run_outputs`)."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-
-RESULT_FILE = "result.json"
-"""Per-step record of a run, written by rank 0 into the output directory."""
-FINAL_STATE_FILE = "final_state.pt"
-"""Parameters after the last step ({name: tensor}), written by rank 0 into the output directory."""
 
 
 @dataclass(frozen=True)
@@ -79,18 +72,6 @@ class TrainResult:
         """Mean step-time split over the steps after the first `skip_first` (warm-up)."""
         steps = self.steps[skip_first:] or self.steps
         return {k: float(np.mean([s.timings_ms[k] for s in steps])) for k in steps[0].timings_ms}
-
-
-def load_result(output_dir: Path) -> dict[str, Any]:
-    """The JSON written by `save_result`."""
-    return json.loads((output_dir / RESULT_FILE).read_text(encoding="utf-8"))
-
-
-def save_result(result: TrainResult, params: dict[str, torch.Tensor], output_dir: Path) -> None:
-    """Writes `result.json` and `final_state.pt` into `output_dir`."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / RESULT_FILE).write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
-    torch.save(params, output_dir / FINAL_STATE_FILE)
 
 
 def final_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:

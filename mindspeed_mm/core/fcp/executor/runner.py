@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 import torch
 import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
 from mindspeed_mm.core.fcp.parallel.device import synchronize
@@ -16,6 +17,9 @@ from mindspeed_mm.core.fcp.solver import Plan
 
 class GroupProvider(Protocol):
     """Gives the process group of a set of ranks (e.g. a `CommGroupPool`)."""
+
+    timeout_s: float | None
+    """Longest wait of an exchange on the groups (None: torch's default), for error messages."""
 
     def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
         """The process group of exactly `ranks`."""
@@ -117,11 +121,13 @@ class RoundRunner:
         for rank_round in self.sampler.rank_rounds(plan, step, self.rank):
             group = rank_round.group
             started = time.perf_counter()
-            process_group = self.groups.get(group.ranks) if group.degree > 1 else None
-            forward = self.forward_round(rank_round, process_group)
-            round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
-            (round_loss / normaliser).backward()
-            synchronize(self.device)
+            what = f"round {rank_round.round_index + 1} of the plan ({group.algo} attention, forward and backward)"
+            with communication(f"step {step + 1}", what, group.ranks, self.groups.timeout_s):
+                process_group = self.groups.get(group.ranks) if group.degree > 1 else None
+                forward = self.forward_round(rank_round, process_group)
+                round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
+                (round_loss / normaliser).backward()
+                synchronize(self.device)
             elapsed_ms = (time.perf_counter() - started) * 1e3
 
             loss_sum += round_loss.detach().to("cpu", torch.float64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings, Observation
 from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
@@ -111,11 +113,22 @@ class Trainer:
         self.optimizer = build_optimizer(self.params, config.optimizer)
         limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
         candidates = contiguous_rank_ranges(context.world_size, limit)
-        self.groups = CommGroupPool(max_communicators=max(1, len(candidates)))
+        self.groups = CommGroupPool(max_communicators=max(1, len(candidates)), timeout_s=context.comm_timeout_s)
         if config.fcp.group_pool == "prewarm":
-            self.groups.prewarm(candidates)
+            with communication("start-up", "creation of the FCP groups", self._world_ranks,
+                               context.comm_timeout_s):
+                self.groups.prewarm(candidates)
         self.runner = self._runner()
         self.memory = MemoryTracker(self.model, self.optimizer, context.device)
+
+    @property
+    def _world_ranks(self) -> list[int]:
+        return list(range(self.context.world_size))
+
+    def _world_exchange(self, step: int, what: str) -> AbstractContextManager[None]:
+        """Names step `step` (zero-based) and the world group in a communication failure of the block."""
+        return communication(f"step {step + 1}", f"{what} (world group)", self._world_ranks,
+                             self.context.comm_timeout_s)
 
     def _runner(self) -> RoundRunner:
         if self.config.vision is not None:
@@ -155,7 +168,8 @@ class Trainer:
         plan = planned.plan
 
         checked = time.perf_counter()
-        check_plan_agreement(plan, step, device=self.context.device)
+        with self._world_exchange(step, "plan digest all-gather"):
+            check_plan_agreement(plan, step, device=self.context.device)
         check_plan_executable(
             plan,
             step,
@@ -164,14 +178,16 @@ class Trainer:
             self.planner.cost,
             self.sampler.batch_patches(step),
         )
-        self.groups.prewarm(multi_rank_groups(plan))
+        with self._world_exchange(step, "creation of the plan's groups"):
+            self.groups.prewarm(multi_rank_groups(plan))
         plan_check_ms = (time.perf_counter() - checked) * 1e3
 
         output = self.runner.run_step(plan, step)
 
         synced = time.perf_counter()
-        allreduce_gradients(self.params)
-        synchronize(self.context.device)
+        with self._world_exchange(step, "gradient all-reduce"):
+            allreduce_gradients(self.params)
+            synchronize(self.context.device)
         grad_sync_ms = (time.perf_counter() - synced) * 1e3
 
         stepped = time.perf_counter()
@@ -219,9 +235,10 @@ class Trainer:
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
-        summed = summed.to(self.context.device)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-        summed = summed.cpu()
+        with self._world_exchange(step, "all-reduce of the step's losses, token counts and times"):
+            summed = summed.to(self.context.device)
+            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+            summed = summed.cpu()
 
         indices = self.sampler.batch_indices(step)
         lengths = self.sampler.batch_lengths(step)

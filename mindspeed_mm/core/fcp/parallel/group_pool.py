@@ -15,7 +15,9 @@ barrier per distinct group, paid once.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -47,13 +49,21 @@ class CommGroupPool:
     process, so all processes refuse together). When full, :meth:`prewarm` raises
     :class:`CommGroupPoolFullError`; nothing is evicted, because destroying a group is only safe
     when all of its members agree to.
+
+    ``timeout_s`` bounds every exchange on the pool's groups (and their creation): a member that
+    stalls makes the others fail within it instead of waiting for torch's default of 30 minutes.
+    None keeps torch's default.
     """
 
-    def __init__(self, max_communicators: int = DEFAULT_MAX_COMMUNICATORS, *, backend: str | None = None) -> None:
+    def __init__(self, max_communicators: int = DEFAULT_MAX_COMMUNICATORS, *, backend: str | None = None,
+                 timeout_s: float | None = None) -> None:
         if max_communicators < 1:
             raise ValueError(f"max_communicators must be >= 1, got {max_communicators}")
+        if timeout_s is not None and not (0 < timeout_s and math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s}")
         self.max_communicators = max_communicators
         self.backend = backend
+        self.timeout_s = timeout_s
         self._groups: dict[tuple[int, ...], dist.ProcessGroup] = {}
         self._created: set[tuple[int, ...]] = set()
 
@@ -99,7 +109,8 @@ class CommGroupPool:
             )
         joined = 0
         for key in missing:
-            group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=False)
+            group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=False,
+                                   timeout=None if self.timeout_s is None else timedelta(seconds=self.timeout_s))
             self._created.add(key)
             if me in key:
                 self._groups[key] = group
