@@ -2,17 +2,19 @@
 
 Only FCP's own files are written; every other file of the checkout is left alone. A file that already
 exists with different contents is never overwritten without `--force`, and when any such conflict
-exists nothing at all is copied.
+exists nothing at all is copied. No file is written outside the checkout, even with `--force`: a
+destination reached through a symbolic link that leaves the checkout (or a dangling one) is refused.
+The copy is all or nothing (`overlay_install`): a failure part-way leaves the checkout as it was.
 """
 from __future__ import annotations
 
 import argparse
 import filecmp
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import mindspeed_mm.core.fcp as fcp_package
+from mindspeed_mm.core.fcp.commands.overlay_install import OverlayEscapeError, install, resolve_inside
 
 PACKAGE_DIRS = ("mindspeed_mm/core/fcp", "mindspeed_mm/features_manager", "mindspeed_mm_fcp")
 """Source-tree folders copied whole (without byte-code caches)."""
@@ -37,6 +39,8 @@ class OverlayEntry:
     """Path inside both trees."""
     status: str
     """`new` (absent in the checkout), `same` (identical there) or `different` (other contents there)."""
+    destination: Path
+    """Where the file lands: inside the checkout, symbolic links followed."""
 
 
 def default_source() -> Path:
@@ -72,17 +76,29 @@ def looks_like_checkout(path: Path) -> bool:
 
 
 def plan_overlay(source: Path, target: Path) -> list[OverlayEntry]:
-    """What copying `source`'s FCP files into `target` would do, file by file."""
+    """What copying `source`'s FCP files into `target` (a resolved folder) would do, file by file.
+
+    Raises ValueError naming the file when a destination would leave `target` or two files would land
+    on the same destination.
+    """
     entries = []
+    landed: dict[Path, Path] = {}
     for relative in overlay_files(source):
-        destination = target / relative
+        try:
+            destination = resolve_inside(target, relative)
+        except OverlayEscapeError as err:
+            raise ValueError(f"overlay path {target}: refused, nothing was copied: {err}") from None
+        if destination in landed:
+            raise ValueError(f"overlay path {target}: refused, nothing was copied: {relative} and "
+                             f"{landed[destination]} would both be written to {destination}")
+        landed[destination] = relative
         if not destination.exists():
             status = "new"
-        elif destination.is_file() and filecmp.cmp(source / relative, destination, shallow=False):
+        elif filecmp.cmp(source / relative, destination, shallow=False):
             status = "same"
         else:
             status = "different"
-        entries.append(OverlayEntry(relative, status))
+        entries.append(OverlayEntry(relative, status, destination))
     return entries
 
 
@@ -128,11 +144,9 @@ def run(args: argparse.Namespace) -> int:
         )
     labels = {"new": "copy" if args.dry_run else "copied", "same": "unchanged",
               "different": "overwrite" if args.dry_run else "overwritten"}
+    if not args.dry_run:
+        install([(source / e.relative, e.destination) for e in entries if e.status != "same"], target)
     for entry in entries:
-        if entry.status != "same" and not args.dry_run:
-            destination = target / entry.relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / entry.relative, destination)
         print(f"{labels[entry.status]:>11}  {entry.relative}")
     counts = {status: sum(e.status == status for e in entries) for status in labels}
     print(
