@@ -18,6 +18,7 @@ from mindspeed_mm.core.fcp.commands.options import (
     positive_int,
     solver_config_from_args,
 )
+from mindspeed_mm.core.fcp.commands.output_paths import check_image_path
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS, generate_samples, load_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
@@ -104,6 +105,8 @@ def _baseline_lines(
 
 def run(args: argparse.Namespace) -> int:
     """Plan the batch and print it."""
+    if args.gantt is not None:
+        check_image_path(args.gantt, "--gantt")
     cost = cost_model_from_args(args)
     config = solver_config_from_args(args, cost)
     lengths, patches, description = _batch(args)

@@ -15,6 +15,7 @@ from mindspeed_mm.core.fcp.commands.options import (
     positive_int,
     solver_config_from_args,
 )
+from mindspeed_mm.core.fcp.commands.output_paths import check_image_path
 from mindspeed_mm.core.fcp.simulate.simulator import STRATEGIES, SimulationConfig, plot_report, simulate
 from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
@@ -56,6 +57,8 @@ def _checked(names: tuple[str, ...], known: tuple[str, ...], option: str) -> tup
 
 def run(args: argparse.Namespace) -> int:
     """Simulate and print the table."""
+    if args.plot is not None:
+        check_image_path(args.plot, "--plot")
     cost = cost_model_from_args(args)
     config = SimulationConfig(
         solver=solver_config_from_args(args, cost),

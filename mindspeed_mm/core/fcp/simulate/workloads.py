@@ -273,6 +273,9 @@ def generate(name: str, n: int, seed: int) -> np.ndarray:
     return generate_samples(name, n, seed).lengths
 
 
+_MAX_LENGTH = int(np.iinfo(np.int64).max)
+
+
 def _parse_length(text: str, where: str) -> int:
     try:
         value = int(text)
@@ -280,6 +283,8 @@ def _parse_length(text: str, where: str) -> int:
         raise ValueError(f"{where}: expected a positive integer sample length, got {text!r}") from None
     if value <= 0:
         raise ValueError(f"{where}: sample length must be positive, got {value}")
+    if value > _MAX_LENGTH:
+        raise ValueError(f"{where}: sample length {value} exceeds the largest supported length {_MAX_LENGTH} (int64)")
     return value
 
 
