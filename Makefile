@@ -27,3 +27,17 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The upstream MindSpeed-MM test bed's interpreter (tests/upstream/README.md). torch is pinned in both steps.
+UPSTREAM_VENV  ?= .venv-upstream
+UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed
+.PHONY: upstream-venv
+
+$(UPSTREAM_STAMP): tests/upstream/requirements-cpu.txt
+	$(PYTHON) -m venv $(UPSTREAM_VENV)
+	$(UPSTREAM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(UPSTREAM_VENV)/bin/python -m pip install --quiet "torch==2.13.0"
+	$(UPSTREAM_VENV)/bin/python -m pip install --quiet -r tests/upstream/requirements-cpu.txt "torch==2.13.0"
+	touch $(UPSTREAM_STAMP)
+
+upstream-venv: $(UPSTREAM_STAMP)

@@ -120,5 +120,11 @@ def run_pretrain(checkout: Checkout, recipe: dict, nproc: int, workdir: Path, *,
     return result
 
 
+def logged_argument(text: str, name: str) -> str | None:
+    """The value Megatron printed for argument `name` in its `------ arguments ------` block."""
+    match = re.search(rf"^\s+{re.escape(name)} \.+ (.*)$", text, flags=re.MULTILINE)
+    return match.group(1).strip() if match else None
+
+
 def tail(text: str, lines: int = 80) -> str:
     return "\n".join(text.splitlines()[-lines:])
