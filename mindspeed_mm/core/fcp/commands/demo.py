@@ -8,7 +8,6 @@ log goes to a file.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -105,7 +104,9 @@ def _train_part(args: argparse.Namespace) -> int:
     if done.returncode != 0:
         print(f"training failed with exit code {done.returncode}; see {log_path}", file=sys.stderr)
         return done.returncode
-    result = json.loads((output / "train" / "result.json").read_text(encoding="utf-8"))
+    from mindspeed_mm.core.fcp.executor.run_outputs import load_result
+
+    result = load_result(output / "train")  # the complete run's result, not one a previous run left
     steps = result["steps"]
     mean = {k: float(np.mean([s["timings_ms"][k] for s in steps[1:] or steps])) for k in steps[0]["timings_ms"]}
     degrees = sorted({d for s in steps for r in s["round_degrees"] for d in r})
