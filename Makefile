@@ -19,8 +19,18 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/fcp demo
 
+# The unit, system and upstream tests. Where an upstream MindSpeed-MM stack is found (tests/upstream/README.md),
+# the bed's interpreter is built first, and the FCP feature tests run a second time against the real MindSpeed
+# (with the CPU Ascend surface on the path); where none is found the upstream tests report themselves skipped.
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	@if MINDSPEED_DIR=$$($(PY) tests/upstream/bed.py mindspeed-dir); then \
+	  if [ -z "$$FCP_UPSTREAM_PYTHON" ]; then $(MAKE) --no-print-directory upstream-venv || exit 1; fi; \
+	  echo "== FCP feature tests against the real MindSpeed ($$MINDSPEED_DIR)"; \
+	  PYTHONPATH="$$MINDSPEED_DIR:tests/upstream/cpu_ascend" FCP_EXPECT_MINDSPEED=1 PYTHONDONTWRITEBYTECODE=1 \
+	    $(PY) -m pytest -q -p no:cacheprovider tests/ut/test_feature_*.py || exit 1; \
+	fi
+	@echo "== unit, system and upstream tests"
+	$(PY) -m pytest -q -rs tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/solver_bench.py

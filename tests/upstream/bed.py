@@ -134,3 +134,23 @@ def assemble_checkout(sources: UpstreamSources, target: Path, *, register_fcp: b
 
         add_registration_line(target / ENTRY, ENTRY_LINE)
     return Checkout(target, sources, register_fcp, log)
+
+
+def main(argv: list[str]) -> int:
+    """`python tests/upstream/bed.py mindspeed-dir`: print the MindSpeed checkout when the upstream sources are all
+    there (exit 0), else why not (exit 1). The Makefile uses it to decide whether to build the bed's interpreter
+    and to run the feature tests against the real MindSpeed."""
+    if argv != ["mindspeed-dir"]:
+        sys.stderr.write("usage: bed.py mindspeed-dir\n")
+        return 2
+    sources = find_sources()
+    missing = [reason for reason in sources.missing if not reason.startswith("no upstream interpreter")]
+    if missing:
+        sys.stderr.write(sources.skip_reason() + "\n")
+        return 1
+    print(sources.mindspeed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
