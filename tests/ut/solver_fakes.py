@@ -57,7 +57,7 @@ class FakeCostModel:
     """Analytic time/memory model honouring the `CostModel` contract."""
 
     def __init__(self, table: FakeTable = FakeTable(), *, max_tokens_per_rank: int | None = None,
-                 algos: Sequence[str] = FAKE_ALGOS, batched: bool = True) -> None:
+                 algos: Sequence[str] = FAKE_ALGOS) -> None:
         self.table = table
         self.capacity_tokens = table.capacity_tokens if max_tokens_per_rank is None else max_tokens_per_rank
         self.ranks_per_node = table.ranks_per_node
@@ -71,13 +71,12 @@ class FakeCostModel:
         self.per_rank_ms = table.per_rank_ms
         self.algos = tuple(algos)
         self.calls = 0
-        self.batched = batched
-        if batched:
-            self.best_time_table = self._best_time_table
 
     def without_memory_limit(self) -> "FakeCostModel":
-        return FakeCostModel(self.table, max_tokens_per_rank=1 << 60, algos=self.algos,
-                             batched=self.batched)
+        return FakeCostModel(self.table, max_tokens_per_rank=1 << 60, algos=self.algos)
+
+    def workload_columns(self, lengths, patches=None) -> None:
+        return None   # fake workloads are not columns: the planner builds them one group at a time
 
     def best_placed_time_ms(self, workload: FakeWorkload, degree: int, node_part: int) -> tuple[float, str]:
         times = [float(self.group_time_ms(workload, degree, a, node_part=node_part)) for a in self.algos]
@@ -133,7 +132,7 @@ class FakeCostModel:
                             for a in self.algos])
         return stacked.min(axis=0), stacked.argmin(axis=0)
 
-    def _best_time_table(self, workloads: Sequence[FakeWorkload], degrees: np.ndarray):
+    def best_time_table(self, workloads: Sequence[FakeWorkload], degrees: np.ndarray):
         """Row k: best_time_ms(workloads[k], degrees[k]) -- one call for many workloads."""
         self.calls += 1
         stacked = FakeWorkload(*(np.array([getattr(w, name) for w in workloads], dtype=np.float64)[:, None]

@@ -1,12 +1,11 @@
 """Cost-model queries: best time and algo of packed batches over windows of degrees.
 
-A query costs one cost-model call per workload, so the planner asks for many workloads at once. A
-cost model that offers `best_time_table(workloads, degrees)` -- `degrees` an int [K, W] matrix, row k
-for workload k, returning (times [K, W], algo index [K, W]) equal to `best_time_ms` row by row --
-answers a whole request in one call; otherwise the workloads are evaluated one by one. A cost model
-that also offers `workload_columns(lengths, patches)` (one workload per sample, as columns whose
-`group_sums` are packed batches) lets `SampleWorkloads` build the workloads of many groups in a few
-array operations instead of one `workload` call per group.
+The planner asks for many workloads at once through the cost model's `best_time_table(workloads,
+degrees)` -- `degrees` an int [K, W] matrix, row k for workload k, returning (times [K, W], algo index
+[K, W]) equal to `best_time_ms` row by row. `workload_columns(lengths, patches)` (one workload per
+sample, as columns whose `group_sums` are packed batches) lets `SampleWorkloads` build the workloads
+of many groups in a few array operations; a model whose workloads are not columns returns None there
+and gets one `workload` call per group.
 """
 from __future__ import annotations
 
@@ -26,10 +25,9 @@ class SampleWorkloads:
     def __init__(self, cost: "CostModel", lengths: Sequence[int], patches: Sequence[int] | None) -> None:
         """`lengths` and `patches` may be lists or int arrays (arrays spare the cost model a conversion)."""
         self._cost = cost
-        columns = getattr(cost, "workload_columns", None)
-        self.columns: WorkloadColumns | None = (
-            columns(lengths, patches) if columns is not None and hasattr(cost, "best_time_table") else None)
-        """Per-sample columns, when the cost model answers queries on columns; else None."""
+        self.columns: WorkloadColumns | None = cost.workload_columns(lengths, patches)
+        """Per-sample columns, when the cost model answers queries on columns (`CostModel` always
+        does; a model whose workloads are not columns returns None); else None."""
         if self.columns is None:
             # Plain ints for the per-workload calls.
             lengths = [int(x) for x in lengths]
@@ -154,22 +152,11 @@ class GroupTimer:
         beyond = degrees > top if clipped else np.zeros(degrees.shape, dtype=bool)
         if clipped:
             degrees = np.minimum(degrees, max(top, 1))
-        table = getattr(self.cost, "best_time_table", None)
-        if table is not None:
-            times, algos = table(workloads if isinstance(workloads, WorkloadColumns) else list(workloads), degrees)
-            times = np.asarray(times, dtype=np.float64)
-            algos = np.asarray(algos, dtype=np.int64)
-            self.cost_calls += 1
-        else:
-            times = np.full(degrees.shape, np.inf)
-            algos = np.zeros(degrees.shape, dtype=np.int64)
-            for k, workload in enumerate(workloads):
-                count = int(np.count_nonzero(~beyond[k]))
-                if count:
-                    row_times, row_algos = self.cost.best_time_ms(workload, degrees[k, :count])
-                    times[k, :count] = row_times
-                    algos[k, :count] = row_algos
-                    self.cost_calls += 1
+        times, algos = self.cost.best_time_table(
+            workloads if isinstance(workloads, WorkloadColumns) else list(workloads), degrees)
+        times = np.asarray(times, dtype=np.float64)
+        algos = np.asarray(algos, dtype=np.int64)
+        self.cost_calls += 1
         if clipped:
             times[beyond] = np.inf
         if self._barred is not None:
