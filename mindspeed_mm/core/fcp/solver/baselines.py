@@ -29,21 +29,24 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
-from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver.baseline_common import (
+    RING,
+    ULYSSES,
+    BaselineInfeasibleError,
+    baseline_plan,
+    checked_lengths,
+    placed_group,
+    rank_block,
+    round_of,
+)
+from mindspeed_mm.core.fcp.solver.mcore_dynamic import mcore_dynamic_cp
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
-from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
-from mindspeed_mm.core.fcp.solver.rounds import min_rounds
+from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, SolverConfig
 
-RING = "ring"
-ULYSSES = "ulysses"
-
-
-class BaselineInfeasibleError(ValueError):
-    """A baseline strategy cannot run this batch on this cluster; the message names the reason."""
-
+__all__ = ["BASELINES", "RING", "ULYSSES", "Baseline", "BaselineInfeasibleError", "BaselinePlanner",
+           "deepspeed_ulysses", "get_baseline", "mcore_dynamic_cp", "megatron_static_cp", "mindspeed_dp_cp_switch",
+           "static_cp_degree"]
 
 class BaselinePlanner(Protocol):
     """Signature shared by the baselines (`cp_degree` is only used by static strategies)."""
@@ -69,103 +72,6 @@ class Baseline:
     """Builds the strategy's plan for one global batch."""
     static_algo: str | None
     """For static strategies, the algo whose CP degree is fixed for a whole run; None if per batch."""
-
-
-def _checked_lengths(
-    lengths: Sequence[int], cost: CostModel, config: SolverConfig, patches: Sequence[int] | None
-) -> np.ndarray:
-    """The batch as int64, after the checks every planner applies."""
-    values = np.asarray(lengths)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError("the batch is empty: at least one sample length is needed")
-    if not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(f"sample lengths must be integers, got dtype {values.dtype}")
-    bad = np.flatnonzero(values <= 0)
-    if bad.size:
-        raise ValueError(f"sample {int(bad[0])}: length must be positive, got {int(values[bad[0]])}")
-    if patches is not None and len(patches) != values.size:
-        raise ValueError(f"patches has {len(patches)} entries for {values.size} samples")
-    limit = config.degree_limit
-    for index in np.flatnonzero(values > limit * cost.capacity_tokens):
-        raise InfeasibleSampleError(int(index), int(values[index]), cost.capacity_tokens, limit)
-    return values.astype(np.int64)
-
-
-def _workload(
-    cost: CostModel, samples: Sequence[int], lengths: np.ndarray, patches: Sequence[int] | None
-) -> GroupWorkload:
-    return cost.workload(
-        [int(lengths[s]) for s in samples], None if patches is None else [int(patches[s]) for s in samples]
-    )
-
-
-def _group(
-    first_rank: int,
-    degree: int,
-    algo: str,
-    samples: Sequence[int],
-    lengths: np.ndarray,
-    patches: Sequence[int] | None,
-    cost: CostModel,
-    ranks_per_node: int,
-    workload: GroupWorkload | None = None,
-) -> GroupPlan:
-    """A group on ranks first_rank.. timed by the cost model where it is placed (`workload` if
-    already aggregated)."""
-    if workload is None:
-        workload = _workload(cost, samples, lengths, patches)
-    part = placed_node_part(first_rank, degree, ranks_per_node)
-    predicted = float(cost.group_time_ms(workload, degree, algo, node_part=part))
-    return GroupPlan(
-        ranks=tuple(range(first_rank, first_rank + degree)),
-        degree=degree,
-        algo=algo,
-        samples=tuple(sorted(samples)),
-        predicted_ms=predicted,
-    )
-
-
-def _block(index: int, degree: int) -> tuple[int, ...]:
-    """Ranks of the index-th block of `degree` contiguous ranks."""
-    return tuple(range(index * degree, (index + 1) * degree))
-
-
-def _round(groups: Sequence[GroupPlan]) -> RoundPlan:
-    ordered = tuple(sorted(groups, key=lambda g: g.ranks[0]))
-    return RoundPlan(groups=ordered, predicted_ms=max(g.predicted_ms for g in ordered))
-
-
-def _batch_lower_bound(
-    lengths: np.ndarray, cost: CostModel, config: SolverConfig, patches: Sequence[int] | None
-) -> float:
-    """The planner's lower bound for this batch, so every strategy is measured against the same bound."""
-    values = [int(x) for x in lengths]
-    extra = None if patches is None else [int(p) for p in patches]
-    workloads = SampleWorkloads(cost, np.asarray(values, dtype=np.int64),
-                                None if extra is None else np.asarray(extra, dtype=np.int64))
-    timer = GroupTimer(cost, config.degree_limit)
-    rounds = min_rounds(values, config.num_ranks, cost.capacity_tokens)
-    return step_lower_bound(cost, workloads, values, extra, timer, config.num_ranks, rounds)
-
-
-def _plan(
-    rounds: Sequence[RoundPlan],
-    lengths: np.ndarray,
-    cost: CostModel,
-    config: SolverConfig,
-    patches: Sequence[int] | None,
-    started: float,
-    extras: dict[str, object],
-) -> Plan:
-    bound = _batch_lower_bound(lengths, cost, config, patches)
-    return Plan(
-        rounds=tuple(rounds),
-        predicted_ms=float(sum(r.predicted_ms for r in rounds)),
-        lower_bound_ms=float(bound),
-        solver_ms=(time.perf_counter() - started) * 1e3,
-        num_ranks=config.num_ranks,
-        extras={**extras, "ranks_per_node": config.ranks_per_node},
-    )
 
 
 def static_cp_degree(max_length: int, cost: CostModel, config: SolverConfig, algo: str) -> int:
@@ -270,12 +176,12 @@ def _homogeneous_plan(
         for j, k in enumerate(order[i : i + replicas]):
             first = j * degree
             if placed_node_part(first, degree, rpn) == compact_node_part(degree, rpn):
-                groups.append(GroupPlan(_block(j, degree), degree, algo, packs[k], pack_ms[k]))
+                groups.append(GroupPlan(rank_block(j, degree), degree, algo, packs[k], pack_ms[k]))
             else:   # a block across a node boundary pays the inter-node cost
-                groups.append(_group(first, degree, algo, packs[k], lengths, patches, cost, rpn, sums.workload(k)))
-        rounds.append(_round(groups))
+                groups.append(placed_group(first, degree, algo, packs[k], lengths, patches, cost, rpn, sums.workload(k)))
+        rounds.append(round_of(groups))
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}
-    return _plan(rounds, lengths, cost, config, patches, started, extras)
+    return baseline_plan(rounds, lengths, cost, config, patches, started, extras)
 
 
 def megatron_static_cp(
@@ -288,7 +194,7 @@ def megatron_static_cp(
 ) -> Plan:
     """Megatron-LM static ring CP; `cp_degree` is the run's degree (default: sized for this batch)."""
     started = time.perf_counter()
-    values = _checked_lengths(lengths, cost, config, patches)
+    values = checked_lengths(lengths, cost, config, patches)
     degree = cp_degree if cp_degree is not None else static_cp_degree(int(values.max()), cost, config, RING)
     return _homogeneous_plan(values, cost, config, patches, degree, RING, "megatron_static_cp", started)
 
@@ -303,7 +209,7 @@ def deepspeed_ulysses(
 ) -> Plan:
     """DeepSpeed-Ulysses static CP; `cp_degree` is the run's degree (default: sized for this batch)."""
     started = time.perf_counter()
-    values = _checked_lengths(lengths, cost, config, patches)
+    values = checked_lengths(lengths, cost, config, patches)
     degree = cp_degree if cp_degree is not None else static_cp_degree(int(values.max()), cost, config, ULYSSES)
     return _homogeneous_plan(values, cost, config, patches, degree, ULYSSES, "deepspeed_ulysses", started)
 
@@ -320,93 +226,9 @@ def mindspeed_dp_cp_switch(
     started = time.perf_counter()
     if cp_degree is not None:
         raise ValueError("mindspeed_dp_cp_switch chooses its CP degree per batch; cp_degree must be None")
-    values = _checked_lengths(lengths, cost, config, patches)
+    values = checked_lengths(lengths, cost, config, patches)
     degree = static_cp_degree(int(values.max()), cost, config, RING)
     return _homogeneous_plan(values, cost, config, patches, degree, RING, "mindspeed_dp_cp_switch", started)
-
-
-@dataclass
-class _OpenGroup:
-    """A group being filled during one round of the Megatron-Core dynamic CP schedule."""
-
-    degree: int
-    samples: list[int]
-    tokens: int
-    workload: GroupWorkload
-    time_ms: float
-
-
-def _next_power_of_two(value: int) -> int:
-    return 1 << max(0, (value - 1).bit_length())
-
-
-def mcore_dynamic_cp(
-    lengths: Sequence[int],
-    cost: CostModel,
-    config: SolverConfig,
-    patches: Sequence[int] | None = None,
-    *,
-    cp_degree: int | None = None,
-) -> Plan:
-    """Megatron-Core dynamic CP: power-of-two aligned ring groups, filled greedily round by round."""
-    started = time.perf_counter()
-    if cp_degree is not None:
-        raise ValueError("mcore_dynamic_cp chooses a degree per sample; cp_degree must be None")
-    values = _checked_lengths(lengths, cost, config, patches)
-    n = config.num_ranks
-    if n & (n - 1):
-        raise BaselineInfeasibleError(
-            f"mcore_dynamic_cp: power-of-two aligned groups cannot tile {n} ranks (not a power of two)"
-        )
-    limit = 1 << (config.degree_limit.bit_length() - 1)
-    degrees = [_next_power_of_two(cost.min_degree(int(length))) for length in values.tolist()]
-    for index, degree in enumerate(degrees):
-        if degree > limit:
-            raise BaselineInfeasibleError(
-                f"mcore_dynamic_cp: sample {index} ({int(values[index])} tokens) needs a power-of-two degree "
-                f"{degree} above the largest allowed power of two {limit}"
-            )
-    single = [_workload(cost, [i], values, patches) for i in range(values.size)]
-    remaining = sorted(range(values.size), key=lambda i: (-int(values[i]), i))
-    rounds: list[RoundPlan] = []
-    while remaining:
-        groups: list[_OpenGroup] = []
-        free = n
-        deferred: list[int] = []
-        for s in remaining:
-            degree, length = degrees[s], int(values[s])
-            if free >= degree:
-                time_ms = float(cost.group_time_ms(single[s], degree, RING))
-                groups.append(_OpenGroup(degree, [s], length, single[s], time_ms))
-                free -= degree
-                continue
-            room = degree * cost.capacity_tokens - length
-            fitting = [g for g in groups if g.degree == degree and g.tokens <= room]
-            if not fitting:
-                deferred.append(s)
-                continue
-            target = min(fitting, key=lambda g: g.time_ms)
-            target.samples.append(s)
-            target.tokens += length
-            target.workload = target.workload + single[s]
-            target.time_ms = float(cost.group_time_ms(target.workload, degree, RING))
-        while free:
-            # N is a power of two, so the free ranks are a multiple of the smallest degree.
-            smallest = min(g.degree for g in groups)
-            target = max((g for g in groups if g.degree == smallest), key=lambda g: g.time_ms)
-            free -= target.degree
-            target.degree *= 2
-            target.time_ms = float(cost.group_time_ms(target.workload, target.degree, RING))
-        # Descending power-of-two sizes laid out back to back are aligned to their own size.
-        groups.sort(key=lambda g: -g.degree)
-        placed, first = [], 0
-        for g in groups:
-            placed.append(_group(first, g.degree, RING, g.samples, values, patches, cost, config.ranks_per_node,
-                                 g.workload))
-            first += g.degree
-        rounds.append(_round(placed))
-        remaining = deferred
-    return _plan(rounds, values, cost, config, patches, started, {"strategy": "mcore_dynamic_cp"})
 
 
 BASELINES: dict[str, Baseline] = {
