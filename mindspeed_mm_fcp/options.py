@@ -55,6 +55,17 @@ def smoothing_weight(value: str | float) -> float:
     return number
 
 
+def positive_seconds(value: str | float) -> float:
+    """A finite number of seconds above zero."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0.0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {number}")
+    return number
+
+
 def text(value: str) -> str:
     """A non-empty string."""
     if not isinstance(value, str) or not value.strip():
@@ -111,6 +122,9 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
               "(off with pipeline parallelism).", is_flag=True),
     FCPOption("fcp_recalibration_smoothing", smoothing_weight, 0.3,
               "Weight of the newest measurement in the smoothed correction factors, in (0, 1]."),
+    FCPOption("fcp_comm_timeout_s", positive_seconds, 300.0,
+              "Seconds one exchange on an FCP group (and its creation) may take before every member stops with "
+              "an error naming the group; far below torch's 30-minute default."),
 )
 """Every FCP option, in registration order."""
 OPTIONS_BY_DEST = {option.dest: option for option in FCP_OPTIONS}
@@ -159,6 +173,7 @@ def int_argument(args: argparse.Namespace, dest: str, default: int) -> int:
 
 __all__ = [
     "ATTENTION_ALGOS", "FCPOption", "FCPOptionError", "FCP_CP_ALGO", "FCP_OPTIONS", "GROUP_POOL_POLICIES",
-    "OPTIONS_BY_DEST", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int", "smoothing_weight",
+    "OPTIONS_BY_DEST", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int", "positive_seconds",
+    "smoothing_weight",
     "str_to_bool",
 ]

@@ -55,6 +55,7 @@ def test_defaults():
     assert args.fcp_log_plan is False
     assert args.fcp_recalibrate is True
     assert args.fcp_recalibration_smoothing == 0.3
+    assert args.fcp_comm_timeout_s == 300.0
 
 
 def test_flag_values_parse():
@@ -64,8 +65,9 @@ def test_flag_values_parse():
         "--context-parallel-algo", "fcp_cp_algo", "--fcp-max-degree", "6", "--fcp-attention-algo", "ulysses",
         "--fcp-async-planning", "false", "--fcp-group-pool", "prewarm", "--fcp-log-plan",
         "--fcp-max-tokens-per-rank", "4096", "--fcp-ranks-per-node", "16", "--fcp-recalibrate", "off",
-        "--fcp-recalibration-smoothing", "0.5",
+        "--fcp-recalibration-smoothing", "0.5", "--fcp-comm-timeout-s", "20",
     ])
+    assert args.fcp_comm_timeout_s == 20.0
     assert (args.fcp_recalibrate, args.fcp_recalibration_smoothing) == (False, 0.5)
     assert (args.fcp_max_degree, args.fcp_attention_algo, args.fcp_async_planning) == (6, "ulysses", False)
     assert (args.fcp_group_pool, args.fcp_log_plan) == ("prewarm", True)
@@ -80,6 +82,8 @@ def test_flag_values_parse():
     ["--fcp-async-planning", "maybe"],
     ["--fcp-recalibration-smoothing", "0"],
     ["--fcp-recalibration-smoothing", "1.5"],
+    ["--fcp-comm-timeout-s", "0"],
+    ["--fcp-comm-timeout-s", "inf"],
 ])
 def test_bad_values_name_the_option(argv, capsys):
     parser = megatron_like_parser()

@@ -70,6 +70,7 @@ def test_every_parser_flag_is_in_the_docs_table_once() -> None:
     ("--fcp-log-plan", "`false`"),
     ("--fcp-recalibrate", "`true`"),
     ("--fcp-recalibration-smoothing", "`0.3`"),
+    ("--fcp-comm-timeout-s", "`300.0`"),
 ])
 def test_documented_defaults_and_choices(flag: str, documented: str) -> None:
     action = parser_flags()[flag]

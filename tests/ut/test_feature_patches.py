@@ -154,9 +154,10 @@ def test_exact_registrations() -> None:
 
 def test_registration_configures_the_runtime() -> None:
     patch_through_the_hooks(RecordingPatchManager(), fcp_args(
-        "--fcp-preset", "cpu-tiny", "--fcp-group-pool", "prewarm", "--fcp-max-degree", "1"))
+        "--fcp-preset", "cpu-tiny", "--fcp-group-pool", "prewarm", "--fcp-max-degree", "1",
+        "--fcp-comm-timeout-s", "7.5"))
     settings = get_fcp_runtime().settings
-    assert (settings.group_pool, settings.max_degree) == ("prewarm", 1)
+    assert (settings.group_pool, settings.max_degree, settings.comm_timeout_s) == ("prewarm", 1, 7.5)
     reset_fcp_runtime()
 
 

@@ -125,6 +125,8 @@ class FCPRuntimeSettings:
     """`lazy`: create a plan's groups before its step; `prewarm`: create every group at start-up."""
     max_degree: int | None = None
     """Largest CP group (None: the whole plane); bounds what `prewarm` creates."""
+    comm_timeout_s: float | None = None
+    """Bound of every exchange on an FCP group (None: torch's default)."""
 
     def __post_init__(self) -> None:
         if self.group_pool not in GROUP_POOL_POLICIES:
@@ -295,7 +297,8 @@ class FCPRuntime:
     def _pool(self) -> CommGroupPool:
         """The group pool, bounded by the number of groups plans can use (created on first need)."""
         if self.groups is None:
-            self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups())))
+            self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups())),
+                                        timeout_s=self.settings.comm_timeout_s)
         return self.groups
 
     def _in_every_plane(self, fcp_groups: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
