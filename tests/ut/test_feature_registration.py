@@ -204,3 +204,19 @@ def test_transformer_configs_are_not_validated_as_arguments(features: list[MindS
 
     MindSpeedFeaturesManager.validate_features_args(Config())
     assert not registered_targets(MindSpeedPatchesManager)
+
+
+def test_an_installed_mindspeed_that_fails_to_import_is_an_error_not_the_fallback(tmp_path) -> None:
+    """MindSpeed present but broken (here: torch_npu missing) must not silently train with the stand-ins."""
+    import os
+    import subprocess
+
+    package = tmp_path / "mindspeed"
+    (package / "features_manager").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "features_manager" / "__init__.py").write_text("import torch_npu_that_is_not_installed\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))))
+    done = subprocess.run([sys.executable, "-c", "import mindspeed_mm_fcp.mindspeed_compat"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    assert "No module named 'torch_npu_that_is_not_installed'" in done.stderr
