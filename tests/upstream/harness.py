@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,15 @@ class UpstreamBed:
         env = {"CPU_ASCEND_CALLS_DIR": str(workdir / "calls"), **(extra_env or {})}
         return run_pretrain(self.checkout(register_fcp), recipe, nproc, workdir, name=name, extra_env=env,
                             extra_args=extra_args, timeout_s=timeout_s, expect_steps=expect_steps)
+
+    def run_many(self, launches: list[dict]) -> dict[str, RunLog]:
+        """Several launches at once (each a dict of `run` keywords with `recipe`, `nproc`, `name`); for single-process
+        runs that would leave cores idle. Returns name -> RunLog; the first failure is raised after all end."""
+        for launch in launches:  # assemble the checkouts first, one at a time
+            self.checkout(launch.get("register_fcp", False))
+        with ThreadPoolExecutor(max_workers=len(launches)) as pool:
+            futures = {launch["name"]: pool.submit(self.run, **launch) for launch in launches}
+        return {name: future.result() for name, future in futures.items()}
 
     def op_calls(self, name: str) -> list[dict]:
         """Per process of run `name`: how often each CPU Ascend operator was called."""

@@ -24,19 +24,28 @@ SCENARIOS = {
 }
 
 
+# The single-process scenarios run side by side (one core each on a 2-core host).
+TOGETHER = (("single", "single_fcp_line"),)
+
+
 @pytest.fixture(scope="session")
 def runs(upstream_bed):
     """Launch each scenario once per session, on first use."""
     done = {}
 
+    def launch(name):
+        nproc, keywords, register, _ = SCENARIOS[name]
+        return dict(recipe=upstream_bed.recipe(train_iters=STEPS, **keywords), nproc=nproc, name=name,
+                    register_fcp=register)
+
     def get(name):
         if name not in done:
-            nproc, keywords, register, _ = SCENARIOS[name]
-            recipe = upstream_bed.recipe(train_iters=STEPS, **keywords)
-            done[name] = upstream_bed.run(recipe, nproc, name=name, register_fcp=register)
-            log = done[name]
-            print(f"[upstream bed] {name}: nproc={nproc} wall={log.wall_s:.1f}s losses={log.losses} "
-                  f"grad_norms={log.grad_norms} step_ms={log.step_times_ms}")
+            group = next((g for g in TOGETHER if name in g), (name,))
+            done.update(upstream_bed.run_many([launch(n) for n in group]))
+            for n in group:
+                log = done[n]
+                print(f"[upstream bed] {n}: nproc={SCENARIOS[n][0]} wall={log.wall_s:.1f}s losses={log.losses} "
+                      f"grad_norms={log.grad_norms} step_ms={log.step_times_ms}")
         return done[name]
 
     return get
