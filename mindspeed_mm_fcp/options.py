@@ -39,8 +39,10 @@ def positive_int(value: str | int) -> int:
         number = int(value)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number <= 0 or (isinstance(value, float) and value != number):
+    if isinstance(value, float) and value != number:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
     return number
 
 
@@ -62,7 +64,7 @@ def positive_seconds(value: str | float) -> float:
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not 0.0 < number < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {number}")
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     return number
 
 

@@ -7,22 +7,12 @@ from pathlib import Path
 
 from mindspeed_mm.core.fcp.cost import CostModel, ModelDoesNotFitError
 from mindspeed_mm.core.fcp.solver import SolverConfig
+from mindspeed_mm_fcp.options import positive_int
 
 DEFAULT_PRESET = "a3-qwen3vl-8b"
 """Cost preset used when neither --preset nor --profile is given."""
 DEFAULT_RANKS = 64
 """FCP ranks used when --ranks is not given."""
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def non_negative_int(text: str) -> int:

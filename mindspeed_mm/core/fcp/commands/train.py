@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import math
 import os
 import sys
 from pathlib import Path
 
+from mindspeed_mm_fcp.options import positive_seconds
 from mindspeed_mm.core.fcp.executor.config import (
     DEFAULT_COMM_TIMEOUT_S,
     RunConfig,
@@ -26,16 +26,6 @@ _TRAINING_LOGGERS = ("mindspeed_mm.core.fcp.executor",)
 EXIT_COMMUNICATION_FAILURE = 1
 """Exit status of a rank whose exchange with a stalled or dead rank failed."""
 
-
-def seconds(text: str) -> float:
-    """argparse type: a positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -59,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--cpu", action="store_true", help="train on the CPU with gloo even if an accelerator exists")
     parser.add_argument("--progress", action="store_true", help="progress bar on rank 0 (stderr)")
-    parser.add_argument("--comm-timeout-s", type=seconds, metavar="S",
+    parser.add_argument("--comm-timeout-s", type=positive_seconds, metavar="S",
                         help="longest wait of any exchange on the world group and the FCP groups; a stalled rank "
                         "makes every other rank stop with an error naming the step and the group within it "
                         f"(overrides the YAML's fcp_comm_timeout_s; default {DEFAULT_COMM_TIMEOUT_S:g})")
