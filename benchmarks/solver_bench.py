@@ -88,7 +88,7 @@ def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches
         wall, cpu = time.perf_counter(), time.process_time()
         plan = plan_batch(lengths, cost, config, patches=patches)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        validate_plan(plan, lengths, cost, patches=patches)
+        validate_plan(plan, lengths, cost, patches=patches, priced=True)
         result.wall_ms.append(wall * 1e3)
         result.cpu_ms.append(cpu * 1e3)
         result.cost_share.append(timed.seconds / cpu if cpu > 0 else 0.0)

@@ -38,7 +38,7 @@ def test_megatron_spreads_samples_over_replicas_longest_first() -> None:
     assert plan.extras == {"strategy": "megatron_static_cp", "cp_degree": 2, "dp_degree": 2, "ranks_per_node": 8}
     assert _layout(plan) == [[((0, 1), (0, 2)), ((2, 3), (1, 3))]]
     assert {g.algo for r in plan.rounds for g in r.groups} == {"ring"}
-    validate_plan(plan, lengths, cost)
+    validate_plan(plan, lengths, cost, priced=True)
 
 
 def test_megatron_adds_rounds_until_the_micro_batches_hold_the_batch() -> None:
@@ -54,7 +54,7 @@ def test_megatron_adds_rounds_until_the_micro_batches_hold_the_batch() -> None:
     assert plan.predicted_ms == pytest.approx(sum(r.predicted_ms for r in plan.rounds))
     for r in plan.rounds:
         assert r.predicted_ms == max(g.predicted_ms for g in r.groups)
-    validate_plan(plan, lengths, cost)
+    validate_plan(plan, lengths, cost, priced=True)
 
 
 def test_megatron_rejects_a_batch_too_small_for_the_replicas() -> None:
@@ -118,7 +118,7 @@ def test_mcore_dynamic_cp_hand_case() -> None:
         [((0, 1), (1,)), ((2,), (2,)), ((3,), (3,))],
         [((0, 1, 2, 3), (4,))],
     ]
-    validate_plan(plan, lengths, cost)
+    validate_plan(plan, lengths, cost, priced=True)
 
 
 def test_mcore_dynamic_cp_packs_short_samples_into_the_least_loaded_group() -> None:
@@ -167,7 +167,7 @@ def test_baseline_plans_are_valid_on_random_batches(name: str, seed: int) -> Non
     lengths = np.minimum(samples.lengths, num_ranks * cost.capacity_tokens)
     config = SolverConfig(num_ranks=num_ranks, ranks_per_node=4)
     plan = get_baseline(name).planner(lengths, cost, config, samples.vision_patches)
-    validate_plan(plan, lengths, cost, samples.vision_patches)
+    validate_plan(plan, lengths, cost, samples.vision_patches, priced=True)
     assert plan.num_ranks == num_ranks
     assert plan.lower_bound_ms <= plan.predicted_ms * (1 + 1e-9)
     if name == "mcore_dynamic_cp":
@@ -182,5 +182,5 @@ def test_baselines_on_the_qwen3vl_8b_a3_preset(name: str) -> None:
     samples = generate_samples("openvid", 512, seed=0)
     config = SolverConfig(num_ranks=64, ranks_per_node=cost.ranks_per_node)
     plan = get_baseline(name).planner(samples.lengths, cost, config, samples.vision_patches)
-    validate_plan(plan, samples.lengths, cost, samples.vision_patches)
+    validate_plan(plan, samples.lengths, cost, samples.vision_patches, priced=True)
     assert plan.lower_bound_ms <= plan.predicted_ms

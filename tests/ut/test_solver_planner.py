@@ -41,7 +41,7 @@ def test_random_batches_give_valid_node_aware_deterministic_plans(cost):
         lengths, config = _random_case(rng, cost)
         plan = plan_batch(lengths, cost, config)
         # coverage, memory, degrees sum to N, contiguous ranks, feasible algo, consistent times
-        validate_plan(plan, lengths, cost)
+        validate_plan(plan, lengths, cost, priced=True)
         rpn = config.ranks_per_node
         straddling = sum(1 for r in plan.rounds for g in r.groups
                          if g.degree <= rpn and g.ranks[0] // rpn != g.ranks[-1] // rpn)
@@ -60,7 +60,7 @@ def test_patches_are_planned_and_validated():
     patches = [4 * x for x in lengths]
     config = SolverConfig(16, ranks_per_node=16)
     plan = plan_batch(lengths, A3_8B, config, patches=patches)
-    validate_plan(plan, lengths, A3_8B, patches=patches)
+    validate_plan(plan, lengths, A3_8B, patches=patches, priced=True)
     without = plan_batch(lengths, A3_8B, config)
     assert plan.predicted_ms > without.predicted_ms  # the vision encoder adds work
 
@@ -83,7 +83,7 @@ def test_memory_forces_rounds():
     # 4 samples of 8,000 tokens, 2 ranks of 8,192 tokens: two per round at most.
     plan = plan_batch([8000] * 4, A3_8B_TIGHT, SolverConfig(2, ranks_per_node=16))
     assert plan.num_rounds == 2
-    validate_plan(plan, [8000] * 4, A3_8B_TIGHT)
+    validate_plan(plan, [8000] * 4, A3_8B_TIGHT, priced=True)
 
 
 def test_max_rounds_is_respected_or_named():
@@ -126,7 +126,7 @@ def test_large_batch_is_planned_quickly_enough_for_a_unit_test():
     rng = np.random.default_rng(0)
     lengths = np.exp(rng.normal(8.3, 0.7, size=512)).astype(int).clip(64).tolist()
     plan = plan_batch(lengths, A3_8B, SolverConfig(64, ranks_per_node=16))
-    validate_plan(plan, lengths, A3_8B)
+    validate_plan(plan, lengths, A3_8B, priced=True)
     assert plan.predicted_ms <= 1.25 * plan.lower_bound_ms
 
 
@@ -178,7 +178,7 @@ def test_large_random_batches_give_valid_node_aware_deterministic_plans(cost):
         lengths, patches, config = _large_case(rng, cost)
         assert len(lengths) * config.num_ranks > 256   # the lean search
         plan = plan_batch(lengths, cost, config, patches)
-        validate_plan(plan, lengths, cost, patches)
+        validate_plan(plan, lengths, cost, patches, priced=True)
         rpn = config.ranks_per_node
         straddling = sum(1 for r in plan.rounds for g in r.groups
                          if g.degree <= rpn and g.ranks[0] // rpn != g.ranks[-1] // rpn)
@@ -212,7 +212,7 @@ def test_group_placed_across_a_node_boundary_is_priced_where_it_runs():
     cost = CostModel.from_preset("h100-qwen3vl-8b", shard_ranks=16)
     lengths = [4346, 4898, 3426]
     plan = plan_batch(lengths, cost, SolverConfig(16, ranks_per_node=8))
-    validate_plan(plan, lengths, cost)
+    validate_plan(plan, lengths, cost, priced=True)
     crossing = [g for r in plan.rounds for g in r.groups if g.ranks[0] // 8 != g.ranks[-1] // 8 and g.degree <= 8]
     assert len(crossing) == plan.extras["cross_node_groups"] >= 1
     for g in crossing:
@@ -222,13 +222,25 @@ def test_group_placed_across_a_node_boundary_is_priced_where_it_runs():
         assert (g.predicted_ms, g.algo) == cost.best_placed_time_ms(workload, g.degree, part)
         assert g.predicted_ms > float(cost.best_time_ms(workload, g.degree)[0][0])
     assert plan.predicted_ms == sum(max(g.predicted_ms for g in r.groups) for r in plan.rounds)
+    # Priced as if inside one node, the plan still executes but is rejected as a priced plan.
+    g = crossing[0]
+    cheap = replace(g, predicted_ms=float(cost.best_time_ms(cost.workload([lengths[i] for i in g.samples]),
+                                                           g.degree)[0][0]))
+    rounds = []
+    for r in plan.rounds:
+        groups = tuple(cheap if x is g else x for x in r.groups)
+        rounds.append(replace(r, groups=groups, predicted_ms=max(x.predicted_ms for x in groups)))
+    underpriced = replace(plan, rounds=tuple(rounds), predicted_ms=sum(r.predicted_ms for r in rounds))
+    validate_plan(underpriced, lengths, cost)
+    with pytest.raises(InvalidPlanError, match="below the .* where it is placed"):
+        validate_plan(underpriced, lengths, cost, priced=True)
 
 
 def test_short_sample_on_many_ranks_leaves_ranks_idle_when_allowed():
     cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=1024)
     forced = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16))
     idle = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16, allow_idle_ranks=True))
-    validate_plan(idle, [5000], cost)
+    validate_plan(idle, [5000], cost, priced=True)
     (group,) = [g for g in idle.rounds[0].groups if g.samples]
     times = cost.best_time_ms(cost.workload([5000]), np.arange(1, 1025))[0]
     assert group.degree == int(np.argmin(times)) + 1 < 1024
@@ -244,4 +256,4 @@ def test_idle_groups_hold_nothing():
     bad = replace(plan, rounds=(replace(plan.rounds[0], groups=plan.rounds[0].groups[:-1]
                                         + (replace(first, samples=(0,)),)),))
     with pytest.raises(InvalidPlanError, match="idle group holds no samples"):
-        validate_plan(bad, [5000], cost)
+        validate_plan(bad, [5000], cost, priced=True)

@@ -35,7 +35,7 @@ def test_tuned_static_is_the_best_of_every_static_layout():
     assert sum(tuned.step_ms) == pytest.approx(min(totals.values()))
     assert totals[(tuned.degree, tuned.algo)] == pytest.approx(sum(tuned.step_ms))
     for plan, (lengths, patches) in zip(tuned.plans, batches):
-        validate_plan(plan, lengths, COST, patches)
+        validate_plan(plan, lengths, COST, patches, priced=True)
 
 
 def test_independent_replicas_never_wait_longer_than_lockstep_rounds():
@@ -77,7 +77,7 @@ def test_planner_keeps_to_the_allowed_degrees():
     config = SolverConfig(24, ranks_per_node=8, degrees=(1, 2, 4, 8, 16))
     cost = CostModel.from_preset("910b-qwen3vl-8b", shard_ranks=24)
     plan = plan_batch(lengths, cost, config, patches)
-    validate_plan(plan, lengths, cost, patches)
+    validate_plan(plan, lengths, cost, patches, priced=True)
     assert {g.degree for r in plan.rounds for g in r.groups} <= {1, 2, 4, 8, 16}
     with pytest.raises(ValueError, match="degrees must be positive ints including 1"):
         SolverConfig(8, degrees=(2, 4))

@@ -265,7 +265,7 @@ def _simulate_strategy(
         for lengths, patches in batches:
             plan = _plan_with(strategy, lengths, patches, cost, solver, static_degree)
             if config.validate:
-                validate_plan(plan, lengths, cost, patches)
+                validate_plan(plan, lengths, cost, patches, priced=True)
             plans.append(plan)
             if progress is not None:
                 progress.update(1)
@@ -296,7 +296,7 @@ def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.n
             progress.update(len(batches))
     if config.validate:
         for plan, (lengths, patches) in zip(tuned.plans, batches):
-            validate_plan(plan, lengths, cost, patches)
+            validate_plan(plan, lengths, cost, patches, priced=True)
     return StrategyResult(
         dataset=dataset, strategy=strategy, iteration_ms=tuned.step_ms,
         lower_bound_ms=tuple(p.lower_bound_ms for p in tuned.plans),
