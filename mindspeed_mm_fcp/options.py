@@ -23,6 +23,8 @@ def str_to_bool(value: str | bool) -> bool:
     """YAML/CLI booleans: the flag alone, or with true/false/1/0/yes/no/on/off."""
     if isinstance(value, bool):
         return value
+    if not isinstance(value, str):
+        raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {value!r}")
     lowered = value.strip().lower()
     if lowered in ("true", "1", "yes", "on"):
         return True

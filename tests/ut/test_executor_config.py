@@ -1,6 +1,7 @@
 """Run configuration: the shipped YAMLs parse; bad keys, types and values are named in the error."""
 from __future__ import annotations
 
+import dataclasses
 import copy
 import re
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_values_and_defaults_are_typed() -> None:
         ("gpt_args", {"num_layers": True}, "gpt_args.num_layers must be an integer"),
         ("gpt_args", {"context_parallel_algo": "ring"}, "gpt_args.context_parallel_algo must be one of"),
         ("gpt_args", {"fcp_attention_algo": "hybrid"}, "gpt_args.fcp_attention_algo must be one of"),
-        ("gpt_args", {"fcp_max_tokens_per_rank": 0}, "gpt_args.fcp_max_tokens_per_rank must be positive"),
+        ("gpt_args", {"fcp_max_tokens_per_rank": 0}, "gpt_args.fcp_max_tokens_per_rank: must be a positive integer, got 0"),
         ("gpt_args", {"num_query_groups": 3}, "num_query_groups=3 must divide num_attention_heads=4"),
         ("gpt_args", {"micro_batch_size": 2}, "gpt_args.micro_batch_size must be 1"),
         ("gpt_args", {"fcp_profile_table": "t.json"}, "exactly one of fcp_preset and fcp_profile_table"),
@@ -115,3 +116,13 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     good.write_text(yaml.safe_dump(_with("gpt_args", vocab_size="many")), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"good.yaml: gpt_args.vocab_size must be an integer, got 'many'"):
         load_run_config(good)
+
+
+def test_fcp_keys_take_defaults_and_checks_from_the_one_option_table():
+    from mindspeed_mm.core.fcp.executor.config import FCPConfig
+    from mindspeed_mm_fcp.options import FCP_OPTIONS
+
+    fields = {f.metadata["key"]: f.default for f in dataclasses.fields(FCPConfig)}
+    assert fields == {option.dest: option.default for option in FCP_OPTIONS}
+    with pytest.raises(ConfigError, match=r"gpt_args.fcp_recalibration_smoothing: expected a number in \(0, 1\]"):
+        parse_run_config(_with("gpt_args", fcp_recalibration_smoothing=1.5))

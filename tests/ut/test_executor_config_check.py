@@ -65,7 +65,7 @@ def test_comm_timeout_must_be_positive(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     shipped = resolve_config_path("tiny_qwen3_fcp").read_text(encoding="utf-8")
     path.write_text(shipped.replace("fcp_log_plan: true", "fcp_log_plan: true\n  fcp_comm_timeout_s: 0"))
-    with pytest.raises(ConfigError, match="gpt_args.fcp_comm_timeout_s must be a positive number of seconds"):
+    with pytest.raises(ConfigError, match="gpt_args.fcp_comm_timeout_s: must be a positive number of seconds"):
         load_run_config(path)
 
 

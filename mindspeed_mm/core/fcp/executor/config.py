@@ -22,12 +22,13 @@ import yaml
 
 from mindspeed_mm.core.fcp.executor.vision.mrope_sections import interleaved_mrope_axes
 from mindspeed_mm.core.fcp.simulate.workloads import DATASETS
+from mindspeed_mm_fcp.options import OPTIONS_BY_DEST, FCPOptionError, coerce_option
 
 CP_ALGOS = ("fcp_cp_algo", "megatron_cp_algo")
 """Values of `context_parallel_algo`: FCP, or Megatron's static ring context parallelism."""
 
 _REQUIRED = dataclasses.MISSING
-DEFAULT_COMM_TIMEOUT_S = 300.0
+DEFAULT_COMM_TIMEOUT_S = OPTIONS_BY_DEST["fcp_comm_timeout_s"].default
 """Default of `fcp_comm_timeout_s`: far below torch's 30 minutes, far above any healthy exchange of a step."""
 
 
@@ -115,33 +116,38 @@ class OptimizerConfig:
     """SGD momentum."""
 
 
+def _fcp_key(dest: str) -> Any:
+    """A field for the FCP option `dest`: its YAML key, default and checks come from the one option table."""
+    return field(default=OPTIONS_BY_DEST[dest].default, metadata={"key": dest, "fcp_option": True})
+
+
 @dataclass(frozen=True)
 class FCPConfig:
-    """Options of the FCP planner and executor (`fcp_*` keys)."""
+    """Options of the FCP planner and executor (`fcp_*` keys; defaults and checks: `mindspeed_mm_fcp.options`)."""
 
-    preset: str | None = _key("fcp_preset", None)
+    preset: str | None = _fcp_key("fcp_preset")
     """Name of an analytic cost-model preset; exactly one of `preset` and `profile_table` is set."""
-    profile_table: str | None = _key("fcp_profile_table", None)
+    profile_table: str | None = _fcp_key("fcp_profile_table")
     """Path of a profiled cost table (JSON) measured by `fcp profile`."""
-    max_degree: int | None = _key("fcp_max_degree", None)
+    max_degree: int | None = _fcp_key("fcp_max_degree")
     """Largest CP group; None means all FCP ranks."""
-    max_tokens_per_rank: int | None = _key("fcp_max_tokens_per_rank", None)
+    max_tokens_per_rank: int | None = _fcp_key("fcp_max_tokens_per_rank")
     """Override of the cost model's memory capacity in tokens per rank."""
-    attention_algo: Literal["auto", "ring", "ulysses"] = _key("fcp_attention_algo", "auto")
+    attention_algo: Literal["auto", "ring", "ulysses"] = _fcp_key("fcp_attention_algo")
     """`auto` lets the planner pick ring or ulysses per group; otherwise that algorithm only."""
-    async_planning: bool = _key("fcp_async_planning", True)
+    async_planning: bool = _fcp_key("fcp_async_planning")
     """Plan step t+1 in a background thread while step t runs."""
-    group_pool: Literal["lazy", "prewarm"] = _key("fcp_group_pool", "lazy")
+    group_pool: Literal["lazy", "prewarm"] = _fcp_key("fcp_group_pool")
     """`lazy`: create a group before the first step whose plan uses it; `prewarm`: all contiguous groups at start."""
-    ranks_per_node: int | None = _key("fcp_ranks_per_node", None)
+    ranks_per_node: int | None = _fcp_key("fcp_ranks_per_node")
     """Ranks sharing a node's fast link; None takes the cost model's hardware value."""
-    log_plan: bool = _key("fcp_log_plan", False)
+    log_plan: bool = _fcp_key("fcp_log_plan")
     """Log each step's plan summary (groups, degrees, predicted vs measured round time)."""
-    recalibrate: bool = _key("fcp_recalibrate", True)
+    recalibrate: bool = _fcp_key("fcp_recalibrate")
     """Correct the cost model per degree / algo from the measured group times of earlier steps."""
-    recalibration_smoothing: float = _key("fcp_recalibration_smoothing", 0.3)
+    recalibration_smoothing: float = _fcp_key("fcp_recalibration_smoothing")
     """Weight of the newest measurement in the smoothed correction factors, in (0, 1]."""
-    comm_timeout_s: float = _key("fcp_comm_timeout_s", DEFAULT_COMM_TIMEOUT_S)
+    comm_timeout_s: float = _fcp_key("fcp_comm_timeout_s")
     """Longest wait of any collective or point-to-point exchange, on the world group and every FCP group,
     in seconds: a rank that stalls makes every other rank stop with an error within it."""
 
@@ -370,6 +376,11 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
         key = f.metadata["key"]
         if key in values:
             kwargs[f.name] = _coerce(values[key], hints[f.name], f"{where}.{key}")
+            if f.metadata.get("fcp_option") and kwargs[f.name] is not None:
+                try:  # the same value checks as the --fcp-* flag
+                    kwargs[f.name] = coerce_option(key, kwargs[f.name])
+                except FCPOptionError as err:
+                    raise ConfigError(f"{where}.{key}: {str(err).split(': ', 1)[1]}") from None
         elif f.default is _REQUIRED:
             raise ConfigError(f"{where}.{key} is required")
     return cls(**kwargs)
@@ -428,9 +439,6 @@ def _check_consistency(config: RunConfig) -> None:
     }
     optional_positive = {
         "kv_channels": m.kv_channels,
-        "fcp_max_degree": f.max_degree,
-        "fcp_max_tokens_per_rank": f.max_tokens_per_rank,
-        "fcp_ranks_per_node": f.ranks_per_node,
     }
     for key, value in {**positive, **optional_positive}.items():
         if value is not None and value <= 0:
@@ -456,10 +464,6 @@ def _check_consistency(config: RunConfig) -> None:
         raise ConfigError(f"{where}: head dimension {m.head_dim} must be even for RoPE")
     if (f.preset is None) == (f.profile_table is None):
         raise ConfigError(f"{where}: set exactly one of fcp_preset and fcp_profile_table")
-    if not 0.0 < f.comm_timeout_s < float("inf"):
-        raise ConfigError(f"{where}.fcp_comm_timeout_s must be a positive number of seconds, got {f.comm_timeout_s}")
-    if not 0.0 < f.recalibration_smoothing <= 1.0:
-        raise ConfigError(f"{where}.fcp_recalibration_smoothing must be in (0, 1], got {f.recalibration_smoothing}")
     data_where = f"{config.source}: data"
     if d.dataset not in DATASETS:
         raise ConfigError(f"{data_where}.dataset must be one of {', '.join(DATASETS)}, got {d.dataset!r}")
