@@ -1,8 +1,8 @@
 """Run configuration: the shipped YAMLs parse; bad keys, types and values are named in the error."""
 from __future__ import annotations
 
-import dataclasses
 import copy
+import dataclasses
 import re
 from pathlib import Path
 
