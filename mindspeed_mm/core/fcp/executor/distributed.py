@@ -41,11 +41,17 @@ def _accelerator(local_rank: int) -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
+JOIN_TIMEOUT_S = 600.0
+"""Longest wait for every process of the world to join."""
+
+
 def init_distributed(force_cpu: bool = False, comm_timeout_s: float = DEFAULT_COMM_TIMEOUT_S) -> DistributedContext:
     """Joins the torchrun world (or makes a one-process world) and sets megatron-core's TP = PP = 1 state.
 
-    Every exchange on the world group (and the rendezvous itself) waits at most `comm_timeout_s`
-    seconds; an already initialised default group keeps the timeout it was created with.
+    Every exchange on the world group waits at most `comm_timeout_s` seconds; joining the world waits
+    up to `JOIN_TIMEOUT_S` instead, since processes start at different times (their imports alone can
+    take minutes on a loaded host). An already initialised default group keeps the timeout it was
+    created with.
     """
     from megatron.core import parallel_state
 
@@ -56,7 +62,14 @@ def init_distributed(force_cpu: bool = False, comm_timeout_s: float = DEFAULT_CO
     device, backend = (torch.device("cpu"), "gloo") if force_cpu else _accelerator(local_rank)
     if not dist.is_initialized():
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, timeout=timeout)
+            rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            # Under torchrun the agent already serves the store on MASTER_PORT; every worker is a client.
+            serves = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                                  is_master=serves, timeout=timedelta(seconds=max(JOIN_TIMEOUT_S, comm_timeout_s)),
+                                  wait_for_workers=True)
+            store.set_timeout(timeout)  # from here on, a wait on the store is an exchange like any other
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         else:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     if not parallel_state.model_parallel_is_initialized():
