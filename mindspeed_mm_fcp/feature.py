@@ -57,7 +57,6 @@ class FCPFeature(MindSpeedFeature):
         check_static_layout(args)
 
     def register_patches(self, patch_manager: Any, args: argparse.Namespace) -> None:
-        check_static_layout(args)
         self._patch_manager = patch_manager
 
     # ------------------------------------------------------------------ validation (Megatron's parse)
