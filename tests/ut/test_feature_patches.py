@@ -132,6 +132,7 @@ def applied_patches() -> Iterator[None]:
         yield
     finally:
         MindSpeedPatchesManager.remove_patches()
+        MindSpeedPatchesManager.patches_info.clear()  # MindSpeed keeps emptied entries that remember originals
         reset_fcp_runtime()
 
 

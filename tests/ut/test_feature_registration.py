@@ -61,6 +61,7 @@ def features() -> Iterator[list[MindSpeedFeature]]:
         yield MindSpeedFeaturesManager.FEATURES_LIST
     finally:
         MindSpeedPatchesManager.remove_patches()
+        MindSpeedPatchesManager.patches_info.clear()  # MindSpeed keeps emptied entries that remember originals
         MindSpeedFeaturesManager.FEATURES_LIST[:] = saved
         reset_fcp_runtime()
 
