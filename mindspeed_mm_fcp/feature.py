@@ -16,13 +16,17 @@ When MindSpeed calls each hook, and what FCP does there:
   nothing of ``mindspeed_mm`` here: MindSpeed-MM's package may only be imported after the adaptor.
 - ``pre_validate_args`` / ``validate_args`` / ``post_validate_args``: inside Megatron's
   ``validate_args``, with the fully typed arguments. ``validate_args`` checks every FCP option, then
-  registers and applies FCP's patches, once, before Megatron initialises its process groups.
+  registers and applies FCP's patches, once, before Megatron initialises its process groups, and lowers
+  ``--distributed-timeout-minutes`` to ``--fcp-comm-timeout-s`` (rounded up to whole minutes) so that a
+  stalled rank also ends Megatron's world and process groups in bounded time.
   MindSpeed also runs these hooks on every ``TransformerConfig``; FCP validates the command-line
   arguments only.
 """
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import os
 from typing import Any
 
@@ -31,6 +35,8 @@ from .options import FCP_CP_ALGO, FCPOptionError, add_fcp_arguments, int_argumen
 
 KNOWN_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "hybrid_cp_algo")
 """Choices given to ``--context-parallel-algo`` when no other feature has registered it."""
+
+logger = logging.getLogger(__name__)
 
 
 class FCPFeature(MindSpeedFeature):
@@ -71,6 +77,7 @@ class FCPFeature(MindSpeedFeature):
         from mindspeed_mm.features_manager.fcp.validation import validate_fcp_args
 
         validate_fcp_args(args)
+        bound_distributed_timeout(args)
         if not self._patched:
             manager = self._patch_manager or MindSpeedPatchesManager
             register_fcp_patches(manager, args)
@@ -96,6 +103,22 @@ def check_static_layout(args: argparse.Namespace) -> None:
             "so the micro-batch size must be 1")
 
 
+def bound_distributed_timeout(args: argparse.Namespace) -> None:
+    """Lower Megatron's ``distributed_timeout_minutes`` (world and process groups) to the FCP timeout.
+
+    Megatron counts whole minutes, so ``--fcp-comm-timeout-s`` is rounded up; a smaller value the user set
+    is kept. Runs on the typed arguments, after ``validate_fcp_args``.
+    """
+    current = getattr(args, "distributed_timeout_minutes", None)
+    if isinstance(current, bool) or not isinstance(current, (int, float)):
+        return  # not Megatron's parse: no world timeout to bound
+    bound = math.ceil(args.fcp_comm_timeout_s / 60)
+    if bound < current:
+        args.distributed_timeout_minutes = bound
+        logger.info("FCP: --distributed-timeout-minutes lowered from %s to %d to match --fcp-comm-timeout-s=%s",
+                    current, bound, args.fcp_comm_timeout_s)
+
+
 def fcp_ranks(args: argparse.Namespace) -> int:
     """Size of the DP x CP plane FCP re-partitions."""
     world_size = getattr(args, "world_size", None) or int(os.environ.get("WORLD_SIZE", "1"))
@@ -104,4 +127,4 @@ def fcp_ranks(args: argparse.Namespace) -> int:
     return max(1, world_size // model_parallel)
 
 
-__all__ = ["FCPFeature", "FCP_CP_ALGO", "check_static_layout", "fcp_ranks"]
+__all__ = ["FCPFeature", "FCP_CP_ALGO", "bound_distributed_timeout", "check_static_layout", "fcp_ranks"]

@@ -128,7 +128,9 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
               "Weight of the newest measurement in the smoothed correction factors, in (0, 1]."),
     FCPOption("fcp_comm_timeout_s", positive_seconds, 300.0,
               "Seconds one exchange on an FCP group (and its creation) may take before every member stops with "
-              "an error naming the group; far below torch's 30-minute default."),
+              "an error naming the group; far below torch's 30-minute default. Also lowers "
+              "--distributed-timeout-minutes (Megatron's world and process groups) to this many seconds rounded "
+              "up to whole minutes, when that is smaller."),
 )
 """Every FCP option, in registration order."""
 OPTIONS_BY_DEST = {option.dest: option for option in FCP_OPTIONS}

@@ -126,3 +126,16 @@ def test_npu_example_selects_fcp_with_the_required_megatron_options() -> None:
     assert all(not isinstance(v, (list, dict)) for k, v in gpt_args.items() if k.startswith("fcp_"))
     script = (EXAMPLES / "finetune_qwen3vl_8B_fcp.sh").read_text(encoding="utf-8")
     assert "examples/qwen3vl/qwen3vl_full_sft_8B_fcp.yaml" in script
+
+
+def test_npu_example_preset_fits_its_model_and_passes_validation() -> None:
+    """MindSpeed-MM fills --num-layers / --hidden-size / --num-attention-heads from `model.text_decoder`."""
+    from mindspeed_mm.features_manager.fcp.validation import validate_fcp_args
+
+    recipe = yaml.safe_load((EXAMPLES / "qwen3vl_full_sft_8B_fcp.yaml").read_text(encoding="utf-8"))
+    decoder = recipe["model"]["text_decoder"]
+    args = argparse.Namespace(**recipe["gpt_args"])
+    args.num_layers, args.hidden_size = decoder["num_layers"], decoder["hidden_size"]
+    args.num_attention_heads = decoder["num_attention_heads"]
+    args.world_size = 8  # finetune_qwen3vl_8B_fcp.sh: one node of 8 NPUs
+    validate_fcp_args(args)

@@ -26,6 +26,10 @@ def parse(*argv: str, world_size: int = 8) -> argparse.Namespace:
     return args
 
 
+QWEN3VL_8B = ("--num-layers", "36", "--hidden-size", "4096", "--num-attention-heads", "32")
+"""The LLM dimensions of Qwen3-VL-8B, as MindSpeed-MM's recipe gives them to Megatron."""
+
+
 @pytest.fixture()
 def tiny_table(tmp_path):
     path = tmp_path / "tiny.json"
@@ -34,19 +38,19 @@ def tiny_table(tmp_path):
 
 
 def test_valid_preset_passes():
-    args = parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "8")
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", *QWEN3VL_8B, "--fcp-max-degree", "8")
     validate_fcp_args(args)
     assert (args.context_parallel_size, args.fcp_max_degree) == (1, 8)
 
 
 def test_a_static_cp_size_is_refused_naming_the_yaml_key():
     with pytest.raises(FCPArgumentError, match=r"--context-parallel-size=4 \(YAML key context_parallel_size\)"):
-        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--context-parallel-size", "4"))
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--context-parallel-size", "4"))
 
 
 def test_string_values_from_another_parser_are_checked_and_typed():
     """MindSpeed's first parse keeps unknown flags as strings: validation types them with the same checks."""
-    args = parse("--fcp-preset", "a3-qwen3vl-8b")
+    args = parse("--fcp-preset", "cpu-tiny")
     args.fcp_max_degree, args.fcp_log_plan = "4", "true"
     validate_fcp_args(args)
     assert (args.fcp_max_degree, args.fcp_log_plan) == (4, True)
@@ -87,6 +91,43 @@ def test_table_for_another_model_shape(tiny_table):
         validate_fcp_args(parse("--fcp-profile-table", str(tiny_table), "--hidden-size", "128"))
 
 
+def test_table_for_another_model_names_every_differing_field(tiny_table):
+    expected = r"model.layers=2 but --num-layers=3, model.heads=4 but --num-attention-heads=8"
+    with pytest.raises(FCPArgumentError, match=expected):
+        validate_fcp_args(parse("--fcp-profile-table", str(tiny_table), "--num-layers", "3",
+                                "--num-attention-heads", "8"))
+
+
+def test_preset_for_another_model_names_the_flag_the_fields_and_the_fitting_presets():
+    expected = (r"--fcp-preset='a3-qwen3vl-8b' \(YAML key fcp_preset\) is made for model qwen3vl-8b, not this "
+                r"run's: model.layers=36 but --num-layers=2, model.hidden=4096 but --hidden-size=64, "
+                r"model.heads=32 but --num-attention-heads=4; choose a preset of this model \(cpu-tiny\)")
+    with pytest.raises(FCPArgumentError, match=expected):
+        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b"))
+
+
+def test_preset_of_a_sibling_model_names_only_the_differing_field():
+    """Qwen3-VL-4B has 8B's layers and heads but a smaller hidden size: only that field is named."""
+    expected = (r"made for model qwen3vl-4b, not this run's: model.hidden=2560 but --hidden-size=4096; "
+                r"choose a preset of this model \(a3-qwen3vl-8b, 910b-qwen3vl-8b, h100-qwen3vl-8b, h200-qwen3vl-8b\)")
+    with pytest.raises(FCPArgumentError, match=expected):
+        validate_fcp_args(parse("--fcp-preset", "h100-qwen3vl-4b", *QWEN3VL_8B))
+
+
+def test_preset_kv_heads_are_checked_with_group_query_attention():
+    validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--group-query-attention"))  # 2 query groups, as tiny
+    with pytest.raises(FCPArgumentError, match=r"--fcp-preset='cpu-tiny'.*model.kv_heads=2 but --num-query-groups=4"
+                                               r"; no preset has this model's shape"):
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--group-query-attention", "--num-query-groups", "4"))
+
+
+def test_preset_is_not_checked_against_dimensions_the_run_does_not_set():
+    """MindSpeed's first parse and runs whose model comes from elsewhere carry no Megatron model sizes."""
+    args = parse("--fcp-preset", "a3-qwen3vl-8b")
+    args.num_layers = args.hidden_size = args.num_attention_heads = None
+    validate_fcp_args(args)
+
+
 def test_table_for_another_tp(tiny_table):
     with pytest.raises(FCPArgumentError, match="--tensor-model-parallel-size=2"):
         validate_fcp_args(parse("--fcp-profile-table", str(tiny_table),
@@ -95,24 +136,26 @@ def test_table_for_another_tp(tiny_table):
 
 def test_max_degree_above_plane():
     with pytest.raises(FCPArgumentError, match=r"--fcp-max-degree=9 exceeds the 8"):
-        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "9"))
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--fcp-max-degree", "9"))
 
 
 def test_max_degree_counts_only_dp_cp_ranks():
     with pytest.raises(FCPArgumentError, match="exceeds the 4"):
-        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-max-degree", "5",
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--fcp-max-degree", "5",
                                          "--tensor-model-parallel-size", "2"))
 
 
 def test_ulysses_without_any_dividing_degree():
+    """InternVL3-8B's 28 heads on TP 4: 7 heads per TP rank, which no degree in 2..6 divides."""
+    internvl3_8b = ("--num-layers", "28", "--hidden-size", "3584", "--num-attention-heads", "28")
     with pytest.raises(FCPArgumentError, match="--fcp-attention-algo ulysses.*7 attention heads"):
-        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-attention-algo", "ulysses",
-                                         "--num-attention-heads", "7", "--fcp-max-degree", "6"))
+        validate_fcp_args(parse("--fcp-preset", "a3-internvl3-8b", *internvl3_8b, "--fcp-attention-algo", "ulysses",
+                                "--tensor-model-parallel-size", "4", "--fcp-max-degree", "6", world_size=32))
 
 
 def test_incompatible_feature():
     with pytest.raises(FCPArgumentError, match="--use-cp-send-recv-overlap"):
-        validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", "--use-cp-send-recv-overlap"))
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--use-cp-send-recv-overlap"))
 
 
 def _with_training_options(*argv: str) -> argparse.Namespace:
@@ -146,7 +189,7 @@ def test_hooks_ignore_runs_without_fcp():
 
 
 def test_unknown_fcp_option_kept_by_parse_known_args_is_named():
-    args = parse("--fcp-preset", "a3-qwen3vl-8b")
+    args = parse("--fcp-preset", "cpu-tiny")
     args.fcp_max_degre = "8"  # a misspelt YAML key, as MindSpeed's parse_known_args would keep it
     expected = r"unknown FCP option --fcp-max-degre \(did you mean --fcp-max-degree\?\)"
     with pytest.raises(FCPArgumentError, match=expected):

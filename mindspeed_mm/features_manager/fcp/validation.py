@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+from typing import Protocol
 
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
+from mindspeed_mm.core.fcp.cost.presets import MODELS, split_preset_name
 
 from mindspeed_mm_fcp.feature import check_static_layout, fcp_ranks
 from mindspeed_mm_fcp.options import FCP_OPTIONS, FCPOptionError, coerce_option
@@ -30,6 +32,8 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
     table = _load_cost_source(args)
     if table is not None:
         _check_table_matches_model(table, args)
+    else:
+        _check_preset_matches_model(args.fcp_preset, args)
     ranks = fcp_ranks(args)
     if args.fcp_max_degree is not None and args.fcp_max_degree > ranks:
         raise FCPArgumentError(
@@ -83,7 +87,17 @@ def _load_cost_source(args: argparse.Namespace) -> ProfileTable | None:
     return None  # presets are resolved by the executor with the run's TP/PP
 
 
-def _check_table_matches_model(table: ProfileTable, args: argparse.Namespace) -> None:
+class _DecoderDims(Protocol):
+    """The LLM dimensions a cost source was made for (a table's ModelShape or a preset's DecoderShape)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+
+
+def _model_mismatches(dims: _DecoderDims, args: argparse.Namespace) -> list[str]:
+    """`model.<field>=<source value> but <flag>=<run value>` for every dimension the run sets differently."""
     expected = {
         "layers": ("--num-layers", getattr(args, "num_layers", None)),
         "hidden": ("--hidden-size", getattr(args, "hidden_size", None)),
@@ -91,18 +105,41 @@ def _check_table_matches_model(table: ProfileTable, args: argparse.Namespace) ->
     }
     if getattr(args, "group_query_attention", False):
         expected["kv_heads"] = ("--num-query-groups", getattr(args, "num_query_groups", None))
+    mismatches = []
     for field_name, (flag, value) in expected.items():
-        measured = getattr(table.model, field_name)
-        if value is not None and measured != value:
-            raise FCPArgumentError(
-                f"--fcp-profile-table {args.fcp_profile_table!r} was measured for model.{field_name}={measured}, "
-                f"but {flag}={value}; profile this model with `fcp profile`")
+        made_for = getattr(dims, field_name)
+        if value is not None and made_for != value:
+            mismatches.append(f"model.{field_name}={made_for} but {flag}={value}")
+    return mismatches
+
+
+def _check_table_matches_model(table: ProfileTable, args: argparse.Namespace) -> None:
+    mismatches = _model_mismatches(table.model, args)
+    if mismatches:
+        raise FCPArgumentError(
+            f"--fcp-profile-table {args.fcp_profile_table!r} was measured for another model: "
+            f"{', '.join(mismatches)}; profile this model with `fcp profile`")
     for field_name, flag in (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size")):
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None and getattr(table, field_name) != value:
             raise FCPArgumentError(
                 f"--fcp-profile-table {args.fcp_profile_table!r} was measured with {field_name}="
                 f"{getattr(table, field_name)}, but {flag}={value}")
+
+
+def _check_preset_matches_model(preset: str, args: argparse.Namespace) -> None:
+    """A preset is made for one model: its LLM dimensions must be the run's (TP/PP are the run's anyway)."""
+    _, model = split_preset_name(preset)
+    mismatches = _model_mismatches(MODELS[model].decoder, args)
+    if not mismatches:
+        return
+    fitting = [name for name in list_presets()
+               if not _model_mismatches(MODELS[split_preset_name(name)[1]].decoder, args)]
+    hint = (f"choose a preset of this model ({', '.join(fitting)})" if fitting
+            else "no preset has this model's shape")
+    raise FCPArgumentError(
+        f"--fcp-preset={preset!r} (YAML key fcp_preset) is made for model {model}, not this run's: "
+        f"{', '.join(mismatches)}; {hint}, or measure a table with `fcp profile` and pass --fcp-profile-table")
 
 
 def _check_ulysses_has_a_degree(args: argparse.Namespace, max_degree: int) -> None:
