@@ -28,7 +28,8 @@ from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, RoundPlan, SolverConfig
-from mindspeed_mm.core.fcp.solver.round_layout import GroupChoice, RoundChoice, RoundSolver, RoundStart, SampleFacts, SearchLimits
+from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
+from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds

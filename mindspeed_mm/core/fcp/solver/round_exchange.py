@@ -9,7 +9,8 @@ of re-solved rounds is spent (distinct sample sets solved: a count, so the resul
 """
 from __future__ import annotations
 
-from mindspeed_mm.core.fcp.solver.round_layout import RoundChoice, RoundSolver
+from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
+from mindspeed_mm.core.fcp.solver.round_types import RoundChoice
 
 _RTOL = 1e-9
 

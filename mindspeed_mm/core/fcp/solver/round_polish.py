@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.degree_dp import realise
-from mindspeed_mm.core.fcp.solver.round_layout import GroupChoice, RoundChoice, RoundSolver, RoundStart
+from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
+from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart
 
 # A change must shorten the round by more than this fraction to count as an improvement.
 _IMPROVEMENT_RTOL = 1e-9

@@ -18,7 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
-from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver, RoundStart
+from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
+from mindspeed_mm.core.fcp.solver.round_types import RoundStart
 
 
 def step_estimates(solver: RoundSolver, rounds: int, degrees: Sequence[int]) -> list[float]:
