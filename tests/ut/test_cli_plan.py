@@ -56,12 +56,15 @@ def test_plan_from_lengths_file_with_gantt(tmp_path: Path, capsys: pytest.Captur
 def test_simulate_prints_the_strategy_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plot = tmp_path / "speedups.png"
     argv = ["simulate", "--datasets", "msrvtt,internvid", "--batches", "1", "--global-batch-size", "48",
-            "--no-progress", "--plot", str(plot), *SMALL]
+            "--seeds", "0,1", "--no-progress", "--plot", str(plot), *SMALL]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    for name in ("fcp", "megatron_static_cp", "deepspeed_ulysses", "mcore_dynamic_cp", "mindspeed_dp_cp_switch"):
+    for name in ("fcp", "megatron_static_cp", "deepspeed_ulysses", "mcore_dynamic_cp", "mindspeed_dp_cp_switch",
+                 "tuned_static_fsdp", "tuned_static_ddp"):
         assert name in out
-    assert "FCP speedup" in out and "internvid" in out
+    assert "FCP speedup [min-max]" in out and "per seed [min-max]" in out and "internvid" in out
+    assert "seeds 0,1 x 1 batches x 48 samples" in out
+    assert "1.000 [1.000-1.000]" in out  # FCP against itself
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -77,6 +80,9 @@ def test_simulate_prints_the_strategy_table(tmp_path: Path, capsys: pytest.Captu
         (["plan", "--ranks", "8", "--max-tokens-per-rank", "1000"], "ranks at 1000 tokens per rank"),
         (["simulate", "--strategies", "fcp,zero3"], "--strategies: unknown 'zero3'"),
         (["simulate", "--datasets", "msrvtt,"], "argument --datasets: expected comma-separated names"),
+        (["simulate", "--seeds", "0,1,0"], "argument --seeds: a seed is repeated in '0,1,0'"),
+        (["simulate", "--seeds", "0,-2"], "argument --seeds: must be a non-negative integer, got -2"),
+        (["simulate", "--seeds", "0,1", "--seed", "2"], "argument --seed: not allowed with argument --seeds"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(

@@ -138,3 +138,50 @@ def test_plot_and_gantt_write_png(report, small_config: SimulationConfig, cost: 
     plan = plan_batch(lengths, cost, small_config.solver, patches)
     gantt = draw_plan(plan, tmp_path / "plan.png", lengths=lengths)
     assert gantt.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.fixture(scope="module")
+def sweep(small_config: SimulationConfig, cost: CostModel):
+    from dataclasses import replace
+
+    from mindspeed_mm.core.fcp.simulate.seeds import simulate_seeds
+
+    config = replace(small_config, datasets=("internvid", "openvid"))
+    return simulate_seeds(config, cost, (3, 5))
+
+
+def test_seed_sweep_is_one_simulation_per_seed(sweep, report, small_config: SimulationConfig) -> None:
+    assert sweep.seeds == (3, 5)
+    # Seed 3 is the module's report (same batches, same plans); seed 5 draws other batches.
+    for dataset in ("internvid", "openvid"):
+        for strategy in small_config.strategies:
+            first, second = sweep.runs(dataset, strategy)
+            assert first.iteration_ms == report.result(dataset, strategy).iteration_ms
+            assert len(second.iteration_ms) == small_config.num_batches
+    assert sweep.runs("openvid", FCP)[1].lower_bound_ms != sweep.runs("openvid", FCP)[0].lower_bound_ms
+
+
+def test_seed_sweep_spreads_are_over_seeds_times_batches(sweep) -> None:
+    dataset, strategy = "internvid", REFERENCE
+    ratios = [b / f for this, fcp in zip(sweep.runs(dataset, strategy), sweep.runs(dataset, FCP))
+              for b, f in zip(this.iteration_ms, fcp.iteration_ms)]
+    assert len(ratios) == 2 * 2
+    spread = sweep.fcp_speedup(dataset, strategy)
+    assert spread.mean == pytest.approx(float(np.mean(ratios)))
+    assert (spread.low, spread.high) == (pytest.approx(min(ratios)), pytest.approx(max(ratios)))
+    per_seed = [r.speedup(dataset, FCP, over=strategy) for r in sweep.reports]
+    seeds = sweep.fcp_speedup_per_seed(dataset, strategy)
+    assert (seeds.low, seeds.high) == (pytest.approx(min(per_seed)), pytest.approx(max(per_seed)))
+    assert sweep.fcp_speedup(dataset, FCP).text() == "1.000 [1.000-1.000]"
+    table = sweep.table()
+    assert "seeds 3,5 x 2 batches" in table
+    assert spread.text() in table and seeds.text() in table
+
+
+def test_seed_sweep_rejects_repeated_or_no_seeds(small_config: SimulationConfig, cost: CostModel) -> None:
+    from mindspeed_mm.core.fcp.simulate.seeds import simulate_seeds
+
+    with pytest.raises(ValueError, match="repeated"):
+        simulate_seeds(small_config, cost, (1, 1))
+    with pytest.raises(ValueError, match="at least one seed"):
+        simulate_seeds(small_config, cost, ())

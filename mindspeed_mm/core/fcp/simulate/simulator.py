@@ -15,7 +15,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -317,49 +317,70 @@ def simulate(config: SimulationConfig, cost: CostModel, *, progress: bool = Fals
     A baseline that cannot run a workload (BaselineInfeasibleError) is reported as such; a sample
     no strategy can hold (InfeasibleSampleError) is an input error and propagates.
     """
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        total = len(config.datasets) * len(config.strategies) * config.num_batches
-        bar = tqdm(total=total, desc="simulate", unit="plan", file=sys.stderr)
-    results = []
+    bar = progress_bar(len(config.datasets) * len(config.strategies) * config.num_batches) if progress else None
     try:
-        for dataset in config.datasets:
-            batches = draw_batches(config, dataset)
-            for strategy in config.strategies:
-                if bar is not None:
-                    bar.set_postfix_str(f"{dataset}/{strategy}")
-                results.append(_simulate_strategy(dataset, strategy, batches, cost, config, bar))
+        return simulate_with_bar(config, cost, bar)
     finally:
         if bar is not None:
             bar.close()
+
+
+def progress_bar(total: int) -> "tqdm":
+    """A progress bar on stderr counting `total` plans."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="simulate", unit="plan", file=sys.stderr)
+
+
+def simulate_with_bar(config: SimulationConfig, cost: CostModel, bar: "tqdm | None") -> SimulationReport:
+    """`simulate`, counting its plans on a progress bar the caller owns (None: none)."""
+    results = []
+    for dataset in config.datasets:
+        batches = draw_batches(config, dataset)
+        for strategy in config.strategies:
+            if bar is not None:
+                bar.set_postfix_str(f"{dataset}/{strategy} seed {config.seed}")
+            results.append(_simulate_strategy(dataset, strategy, batches, cost, config, bar))
     return SimulationReport(config=config, results=tuple(results))
 
 
 def plot_report(report: SimulationReport, path: str | Path) -> Path:
     """Bar chart of each strategy's speedup over the reference, per dataset, written to `path` (PNG)."""
+    config = report.config
+    return plot_speedups(config.datasets, config.strategies, lambda d, s: (report.speedup(d, s), None),
+                         f"{config.solver.num_ranks} ranks, global batch {config.global_batch_size}", path)
+
+
+def plot_speedups(datasets: Sequence[str], strategies: Sequence[str],
+                  value: "Callable[[str, str], tuple[float, tuple[float, float] | None]]", title: str,
+                  path: str | Path) -> Path:
+    """Bar chart of value(dataset, strategy) = (speedup over the reference, optional (min, max) drawn
+    as an error bar), per dataset, written to `path` (PNG)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    datasets = report.config.datasets
-    strategies = report.config.strategies
     figure = Figure(figsize=(2.2 + 1.6 * len(datasets), 4.0))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot(1, 1, 1)
     width = 0.8 / len(strategies)
     for i, strategy in enumerate(strategies):
-        values = [report.speedup(d, strategy) for d in datasets]
+        found = [value(d, strategy) for d in datasets]
+        values = [v for v, _ in found]
         xs = [j + (i - (len(strategies) - 1) / 2) * width for j in range(len(datasets))]
         bars = axes.bar(xs, [0.0 if math.isnan(v) else v for v in values], width, label=strategy)
-        for bar, value in zip(bars, values):
-            label = "n/a" if math.isnan(value) else f"{value:.2f}"
+        spans = [(x, v, span) for x, (v, span) in zip(xs, found) if span is not None and not math.isnan(v)]
+        if spans:
+            axes.errorbar([x for x, _, _ in spans], [v for _, v, _ in spans],
+                          yerr=[[v - lo for _, v, (lo, _) in spans], [hi - v for _, v, (_, hi) in spans]],
+                          fmt="none", ecolor="black", elinewidth=0.7, capsize=2)
+        for bar, v in zip(bars, values):
+            label = "n/a" if math.isnan(v) else f"{v:.2f}"
             axes.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                           va="bottom", fontsize=7)
     axes.axhline(1.0, color="black", linewidth=0.8)
     axes.set_xticks(range(len(datasets)), list(datasets))
     axes.set_ylabel(f"speedup over {REFERENCE}")
-    axes.set_title(f"{report.config.solver.num_ranks} ranks, global batch {report.config.global_batch_size}")
+    axes.set_title(title)
     axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     figure.tight_layout()
     out = Path(path)
