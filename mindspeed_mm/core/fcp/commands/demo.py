@@ -55,7 +55,7 @@ def _plan_summary(plan: Plan, lengths: np.ndarray) -> list[str]:
 
 
 def _print_plan_part(args: argparse.Namespace) -> None:
-    cost = CostModel.from_preset(DEMO_PRESET)
+    cost = CostModel.from_preset(DEMO_PRESET, shard_ranks=args.ranks)  # state sharded over the run's ranks
     solver = SolverConfig(num_ranks=args.ranks, ranks_per_node=cost.ranks_per_node)
     config = SimulationConfig(
         solver=solver, datasets=(DEMO_DATASET,), num_batches=1, global_batch_size=args.global_batch_size, seed=args.seed

@@ -38,6 +38,16 @@ UNLIMITED_TOKENS = 1 << 60
 _EXACT_SQUARE_LIMIT = 1 << 31
 
 
+def state_shard_ranks(table: ProfileTable) -> int | None:
+    """The `shard_ranks` a preset table was built with (its provenance options), None when the
+    state is not sharded (`sharding: none`) or the table does not record it."""
+    options = table.provenance.get("options")
+    if not isinstance(options, dict) or options.get("sharding") == "none":
+        return None
+    shards = options.get("shard_ranks")
+    return shards if isinstance(shards, int) and not isinstance(shards, bool) and shards >= 1 else None
+
+
 class ModelDoesNotFitError(ValueError):
     """The static memory of the model alone leaves no room for activations on a rank."""
 
@@ -63,6 +73,11 @@ class CostModel:
         """False for the memory-free copy (`without_memory_limit`): every degree holds any batch."""
         self.capacity_tokens: int = self._capacity(max_tokens_per_rank) if memory_limited else UNLIMITED_TOKENS
         """Most LLM tokens one rank can hold: the memory limit, lowered by `max_tokens_per_rank`."""
+        self.state_shard_ranks: int | None = state_shard_ranks(table)
+        """Ranks the table's static memory assumes parameters, gradients and optimizer state sharded
+        over (a preset's `shard_ranks`); None when the table does not shard them or does not say
+        (a measured table holds what was measured). On a run of fewer ranks the memory limit is
+        optimistic: the planners warn (`solver.memory_checks`)."""
         self.coefficients = StageCoefficients.from_table(table)
         """Scalar constants of the time model."""
         layers = table.layers_per_stage

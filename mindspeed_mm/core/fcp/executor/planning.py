@@ -12,8 +12,12 @@ from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 
 
-def build_cost_model(config: RunConfig) -> CostModel:
-    """The cost model named by `fcp_preset` or `fcp_profile_table`, restricted to the allowed algos."""
+def build_cost_model(config: RunConfig, num_ranks: int | None = None) -> CostModel:
+    """The cost model named by `fcp_preset` or `fcp_profile_table`, restricted to the allowed algos.
+
+    A preset shards the model state over the run's `num_ranks` FCP ranks (its memory limit is that of
+    the real run; None: the preset's default, one node) and takes `fcp_ranks_per_node` as its node
+    size, as `fcp plan` does with --ranks and --ranks-per-node."""
     fcp = config.fcp
     if not config.is_fcp:
         algos: tuple[str, ...] = ("ring",)
@@ -22,7 +26,13 @@ def build_cost_model(config: RunConfig) -> CostModel:
     else:
         algos = (fcp.attention_algo,)
     if fcp.preset is not None:
-        return CostModel.from_preset(fcp.preset, max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos)
+        options: dict[str, int] = {}
+        if num_ranks is not None:
+            options["shard_ranks"] = num_ranks
+        if fcp.ranks_per_node is not None:
+            options["ranks_per_node"] = fcp.ranks_per_node
+        return CostModel.from_preset(fcp.preset, max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos,
+                                     **options)
     return CostModel(ProfileTable.load(fcp.profile_table), max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos)
 
 
@@ -41,7 +51,7 @@ class BatchPlanner:
     def from_config(cls, config: RunConfig, num_ranks: int) -> "BatchPlanner":
         """The planner of a run on `num_ranks` FCP ranks."""
         config.validate_world(num_ranks)
-        cost = build_cost_model(config)
+        cost = build_cost_model(config, num_ranks)
         solver_config = SolverConfig(
             num_ranks=num_ranks,
             ranks_per_node=config.fcp.ranks_per_node or cost.ranks_per_node,

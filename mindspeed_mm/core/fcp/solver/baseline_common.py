@@ -10,6 +10,7 @@ from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
+from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
@@ -36,6 +37,7 @@ def checked_lengths(
         raise ValueError(f"sample {int(bad[0])}: length must be positive, got {int(values[bad[0]])}")
     if patches is not None and len(patches) != values.size:
         raise ValueError(f"patches has {len(patches)} entries for {values.size} samples")
+    warn_if_state_sharded_wider(cost, config.num_ranks)
     limit = config.degree_limit
     for index in np.flatnonzero(values > limit * cost.capacity_tokens):
         raise InfeasibleSampleError(int(index), int(values[index]), cost.capacity_tokens, limit)

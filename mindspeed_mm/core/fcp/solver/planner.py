@@ -28,6 +28,7 @@ from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
@@ -78,6 +79,7 @@ def plan_batch(
     patch_list = None if patch_arr is None else patch_arr.tolist()
     lengths = length_arr.tolist()
     n_ranks = config.num_ranks
+    warn_if_state_sharded_wider(cost, n_ranks)
     max_degree = config.degree_limit
     capacity = cost.capacity_tokens
     mins = np.maximum(1, -(-length_arr // capacity))
