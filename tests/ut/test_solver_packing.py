@@ -50,7 +50,7 @@ def test_min_rounds_and_round_counts():
     assert round_counts([100] * 10, 4, 100, None, 2) == [3, 4, 5]
     assert round_counts([100] * 4, 4, 100, None, 5) == [1, 2, 3, 4]
     assert round_counts([100] * 10, 4, 100, 3, 2) == [3]
-    with pytest.raises(ValueError, match=r"the 2 rounds allowed \(SolverConfig.max_rounds\) are too few"):
+    with pytest.raises(ValueError, match=r"the 2 rounds allowed by SolverConfig.max_rounds \(a Python API.*\) are too few"):
         round_counts([100] * 10, 4, 100, 2, 2)
 
 

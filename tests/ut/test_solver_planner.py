@@ -90,7 +90,8 @@ def test_max_rounds_is_respected_or_named():
     lengths = [3000] * 12
     plan = plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=2))
     assert plan.num_rounds <= 2
-    with pytest.raises(ValueError, match=r"the 1 rounds allowed \(SolverConfig.max_rounds\).*--ranks"):
+    with pytest.raises(ValueError, match=r"the 1 rounds allowed by SolverConfig.max_rounds \(a Python API setting.*"
+                                         r"raise or unset max_rounds.*--ranks"):
         plan_batch(lengths, A3_8B_TIGHT, SolverConfig(4, ranks_per_node=16, max_rounds=1))
 
 

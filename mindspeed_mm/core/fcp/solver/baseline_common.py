@@ -40,7 +40,7 @@ def checked_lengths(
     warn_if_state_sharded_wider(cost, config.num_ranks)
     limit = config.degree_limit
     for index in np.flatnonzero(values > limit * cost.capacity_tokens):
-        raise InfeasibleSampleError(int(index), int(values[index]), cost.capacity_tokens, limit)
+        raise InfeasibleSampleError(int(index), int(values[index]), cost.capacity_tokens, limit, config.num_ranks)
     return values.astype(np.int64)
 
 

@@ -138,6 +138,12 @@ class GroupTimer:
         # workload -> (first degree, times, algo indices) of the window computed so far.
         self._cache: dict[Any, tuple[int, np.ndarray, np.ndarray]] = {}
 
+    def allowed_degrees(self) -> list[int]:
+        """The degrees 1 .. max_degree groups may have (all, unless SolverConfig.degrees restricts them)."""
+        if self._barred is None:
+            return list(range(1, self.max_degree + 1))
+        return [d for d in range(1, self.max_degree + 1) if not self._barred[d]]
+
     def evaluate(
         self, workloads: Sequence[Any] | WorkloadColumns, firsts: Sequence[int], top: int, width: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:

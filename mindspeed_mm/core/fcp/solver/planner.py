@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
+from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError, no_plan_error
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
@@ -86,7 +86,7 @@ def plan_batch(
     too_wide = np.flatnonzero(mins > max_degree)
     if too_wide.size:
         i = int(too_wide[0])
-        raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
+        raise InfeasibleSampleError(i, lengths[i], capacity, max_degree, n_ranks)
 
     workloads = SampleWorkloads(cost, length_arr, patch_arr)
     timer = GroupTimer(cost, max_degree, config.degrees)
@@ -168,7 +168,7 @@ def _best_rounds(
                     best = (total, solved)
         count += 1
     if best is None:
-        raise _no_plan(limit, n_ranks, capacity)
+        raise _no_plan(solver, lengths, n_ranks, capacity, max_rounds)
     return exchange_between_rounds(solver, best[1], _EXCHANGE_BUDGET)
 
 
@@ -227,7 +227,7 @@ def _lean_rounds(
             break
         count += 1
     if best is None:
-        raise _no_plan(limit, n_ranks, capacity)
+        raise _no_plan(solver, lengths, n_ranks, capacity, max_rounds)
     moves = solver.limits.max_moves if best[0] > _GOOD_ENOUGH * lower_bound else 0
     return [polish_round(solver, start, moves) for start in best[1]]
 
@@ -247,12 +247,12 @@ def _round_limit(lengths: list[int], max_rounds: int | None) -> int:
     return min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
 
 
-def _no_plan(limit: int, n_ranks: int, capacity: int) -> ValueError:
-    # Without a round limit every sample that fits a group has a round of its own, so only the
-    # limit can make the batch infeasible.
-    return ValueError(f"no plan fits the batch in the {limit} rounds allowed (SolverConfig.max_rounds) on {n_ranks} "
-                      f"ranks at {capacity} tokens per rank: allow more rounds, or give the step more ranks "
-                      f"(--ranks) or more memory per rank (--preset / --profile)")
+def _no_plan(solver: RoundSolver, lengths: list[int], n_ranks: int, capacity: int,
+             max_rounds: int | None) -> ValueError:
+    """The error of a batch without a plan, naming what the user can change (`errors.no_plan_error`)."""
+    allowed = solver.timer.allowed_degrees()
+    widest = max(d for d in allowed if d <= solver.top_degree)
+    return no_plan_error(len(lengths), min_rounds(lengths, n_ranks, capacity), n_ranks, widest, capacity, max_rounds)
 
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",
@@ -332,7 +332,7 @@ def _sample_facts(
         first = int(mins[i])
         window = timer.window(workloads[i], first, max_degree) * np.arange(first, max_degree + 1)
         if not np.isfinite(window).any():
-            raise InfeasibleSampleError(i, lengths[i], capacity, max_degree)
+            raise NoAlgoForSampleError(i, lengths[i], capacity, max_degree, first, tuple(timer.cost.algos))
         device[i] = float(np.min(window))
     one_rank = np.where(mins == 1, at_min, np.inf)
     return SampleFacts(lengths, workloads, mins.tolist(), device.tolist(), one_rank.tolist())

@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
+from mindspeed_mm.core.fcp.solver.errors import too_few_rounds_error
 
 
 def min_rounds(lengths: Sequence[int], num_ranks: int, capacity_tokens: int) -> int:
@@ -29,12 +30,7 @@ def round_counts(
     last = min(first + extra, len(lengths))
     if max_rounds is not None:
         if first > max_rounds:
-            raise ValueError(
-                f"the {max_rounds} rounds allowed (SolverConfig.max_rounds) are too few: the batch's "
-                f"{sum(lengths)} tokens need at least {first} rounds of {num_ranks} ranks x {capacity_tokens} "
-                f"tokens; allow more rounds, or give the step more ranks (--ranks) or more memory per rank "
-                f"(--preset / --profile)"
-            )
+            raise too_few_rounds_error(max_rounds, first, sum(lengths), num_ranks, capacity_tokens)
         last = min(last, max_rounds)
     return list(range(first, max(first, last) + 1))
 
