@@ -16,6 +16,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 _ADAPTERS = "mindspeed_mm.features_manager.fcp.adapters"
+_MM = "mindspeed_mm.features_manager.fcp.mm"
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class FCPPatch:
     reason: str
     """Why FCP needs it."""
     requires: str = "megatron.core"
-    """Top-level package that must be importable for the patch to be registered."""
+    """Package or module that must be importable for the patch to be registered."""
 
     def load_adapter(self) -> Any:
         """Imports the adapter object."""
@@ -78,6 +79,33 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
         f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
         "Megatron-LM's training loop shards batches through its own copy of the function",
         requires="megatron.training",
+    ),
+    FCPPatch(
+        "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
+        f"{_MM}.data:prepare_sampler_dataloader_wrapper",
+        "MindSpeed-MM's data loader: `sampler_type: FCPBatchSampler` plans every global batch from the dataset's "
+        "token lengths and gives each rank its group's samples packed, round after round",
+        requires="mindspeed_mm.data.dataloader.dataloader",
+    ),
+    FCPPatch(
+        "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
+        f"{_MM}.qwen3vl:model_forward_wrapper",
+        "Qwen3-VL builds the round's packed samples whole (one vision-tower call per round on every rank, as FSDP2 "
+        "needs), then runs its text decoder on this rank's zigzag shard (embeddings, mRoPE ids, deepstack features)",
+        requires="mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl",
+    ),
+    FCPPatch(
+        "mindspeed_mm.models.transformers.qwen3vl.modules.Qwen3VLTextAttention.forward",
+        f"{_MM}.qwen3vl:text_attention_forward_wrapper",
+        "Qwen3-VL's text attention runs FCP's ring or Ulysses attention over the round's group",
+        requires="mindspeed_mm.models.transformers.qwen3vl.modules",
+    ),
+    FCPPatch(
+        "mindspeed_mm.models.transformers_model.TransformersModel.build_loss_ctx",
+        f"{_MM}.loss:build_loss_ctx_wrapper",
+        "the loss of a round's shard is weighted so that the step's loss and gradients are those of the global "
+        "batch on one device (model.loss_cfg semantics)",
+        requires="mindspeed_mm.models.transformers_model",
     ),
     FCPPatch(
         "mindspeed.utils.get_batch_on_this_cp_rank",

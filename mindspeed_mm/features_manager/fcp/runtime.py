@@ -209,8 +209,9 @@ class FCPRuntime:
         if plan is None:
             if self.plan_source is None:
                 raise FCPRuntimeError(
-                    "FCP has no plan source: the data loader must register one with "
-                    "get_fcp_runtime().set_plan_source(...) before the first training step"
+                    "FCP has no plan source: with MindSpeed-MM set data.dataloader_param.dataloader_mode: sampler and "
+                    "data.dataloader_param.sampler_type: FCPBatchSampler in the YAML; other data loaders must "
+                    "register one with get_fcp_runtime().set_plan_source(...) before the first training step"
                 )
             plan = self.plan_source()
             measuring = isinstance(self.plan_source, MeasuringPlanSource) and self.plan_source.wants_measurements
@@ -250,6 +251,13 @@ class FCPRuntime:
             raise FCPRuntimeError("no FCP round is running: the batch was requested outside the FCP driver")
         return self._rounds[self._next_round - 1]
 
+    @property
+    def active_round(self) -> FCPRound | None:
+        """The round being run, or None outside an FCP step (e.g. evaluation or a model built without FCP)."""
+        if self._rounds is None or self._next_round == 0:
+            return None
+        return self._rounds[self._next_round - 1]
+
     def end_step(self) -> None:
         """Ends the running step; every round must have run. A measuring plan source then receives the
         time of every group (one all-reduce over all ranks, so every rank passes the same times)."""
@@ -268,9 +276,10 @@ class FCPRuntime:
         """Every group's time in ms from this rank's round boundaries and every other rank's."""
         layout = self.require_layout()
         # [FCP rank, round]: each rank fills its row; MAX also keeps the slowest plane (TP / PP above 1).
-        times = torch.zeros(layout.num_fcp_ranks, plan.num_rounds, dtype=torch.float64)
+        # float32: MindSpeed's all_reduce wrapper reduces a float64 tensor in a float32 copy and drops the result.
+        times = torch.zeros(layout.num_fcp_ranks, plan.num_rounds, dtype=torch.float32)
         times[layout.fcp_rank] = torch.tensor([(b - a) * 1e3 for a, b in zip(boundaries, boundaries[1:])],
-                                              dtype=torch.float64)
+                                              dtype=torch.float32)
         times = times.to(collective_device())
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         return measured_group_times(plan, times.cpu().numpy())

@@ -5,7 +5,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..runtime import FCPRuntime, get_fcp_runtime
+from ..runtime import FCPRuntime, FCPRuntimeError, get_fcp_runtime
 
 
 def fcp_forward_backward(forward_backward: Callable[..., Any], runtime: FCPRuntime | None = None) -> Callable[..., Any]:
@@ -19,6 +19,8 @@ def fcp_forward_backward(forward_backward: Callable[..., Any], runtime: FCPRunti
 
     @functools.wraps(forward_backward)
     def run(*, forward_step_func: Callable[..., Any], **kwargs: Any) -> Any:
+        if kwargs.get("forward_only"):
+            raise FCPRuntimeError("evaluation is not supported under fcp_cp_algo yet: set eval_iters to 0")
         state = runtime or get_fcp_runtime()
         rounds = state.begin_step()
 

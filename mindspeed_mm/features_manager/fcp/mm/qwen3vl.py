@@ -1,0 +1,179 @@
+"""MindSpeed-MM's Qwen3-VL under FCP: each rank runs its zigzag shard of its group's packed samples.
+
+Upstream's model sees context parallelism of 1 (FCP's groups are not Megatron's). Inside an FCP
+round two wrappers take over:
+
+- `Qwen3VLModel.forward` builds the whole packed sequence of the group on every member (token
+  embeddings, vision features scattered into the image / video tokens, the 3D mRoPE ids that
+  `get_rope_index` gives each sample), then keeps this rank's per-sample zigzag shard of the
+  embeddings, mRoPE ids, visual-position mask and deepstack features and runs the text decoder,
+  final norm and LM head on the shard;
+- `Qwen3VLTextAttention.forward` attends over the whole group with FCP's ring or Ulysses attention,
+  never across a sample boundary.
+
+The vision tower runs exactly once per round on every rank, on the group's images and videos
+together (a one-patch-group stand-in when the group has none, weighted 0): under FSDP2 every call
+is a collective of all ranks, so each must make the same calls. Each member keeps the features of
+its own tokens; its backward pass reaches the vision weights only through those tokens, and the
+data-parallel gradient reduction sums the shards into the exact gradient.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from mindspeed_mm.core.fcp.parallel import fcp_attention
+
+from ..runtime import FCPRuntimeError
+from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
+
+
+def _vision_is_frozen() -> bool:
+    from megatron.training import get_args
+
+    encoder = get_args().mm.model.image_encoder
+    return bool(encoder.vision_encoder.freeze and encoder.vision_projector.freeze)
+
+
+def _encode_media(model: Any, pixel_values: torch.Tensor | None, image_grid: torch.Tensor | None,
+                  video_values: torch.Tensor | None, video_grid: torch.Tensor | None,
+                  ) -> tuple[torch.Tensor, list[torch.Tensor], int, torch.Tensor | None]:
+    """One vision-tower call on the images then the videos: (features, deepstack features per layer, number of
+    image feature rows, the zero-weight anchor of a stand-in call or None)."""
+    pixels = [p for p in (pixel_values, video_values) if p is not None]
+    grids = [g for g in (image_grid, video_grid) if g is not None]
+    anchor = None
+    if not pixels:
+        vision = model.config.vision_config
+        merge = vision.spatial_merge_size
+        patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+        pixels = [torch.zeros(merge * merge, patch_dim, device=model.get_input_embeddings().weight.device)]
+        grids = [torch.tensor([[1, merge, merge]], device=pixels[0].device)]
+    context = torch.no_grad() if _vision_is_frozen() else nullcontext()
+    with context:
+        features, deepstack = model.get_image_features(torch.cat(pixels), torch.cat(grids))
+    features = torch.cat(features)
+    if pixel_values is None and video_values is None:
+        anchor = features.sum() * 0 + sum(layer.sum() for layer in deepstack) * 0
+        return features[:0], [layer[:0] for layer in deepstack], 0, anchor
+    merge_area = model.visual.spatial_merge_size ** 2
+    image_rows = int(image_grid.prod(-1).sum()) // merge_area if image_grid is not None else 0
+    return features, list(deepstack), image_rows, anchor
+
+
+def _packed_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                          list[torch.Tensor] | None]:
+    """Embeddings of the packed sequence with the vision features in place, the visual-position mask and the
+    deepstack features in sequence order."""
+    embeds = model.get_input_embeddings()(input_ids)
+    features, deepstack, image_rows, anchor = _encode_media(
+        model, media.get("pixel_values"), media.get("image_grid_thw"),
+        media.get("pixel_values_videos"), media.get("video_grid_thw"))
+    image_mask = input_ids == model.config.image_token_id
+    video_mask = input_ids == model.config.video_token_id
+    for name, mask, rows in (("image", image_mask, features[:image_rows]), ("video", video_mask, features[image_rows:])):
+        if int(mask.sum()) != rows.shape[0]:
+            raise FCPRuntimeError(f"the round's {name} tokens ({int(mask.sum())}) do not match its {name} features "
+                                  f"({rows.shape[0]})")
+        embeds = embeds.masked_scatter(mask.unsqueeze(-1).expand_as(embeds), rows.to(embeds.dtype))
+    if anchor is not None:
+        embeds = embeds + anchor.to(embeds.dtype)
+    visual_mask = image_mask | video_mask
+    if not bool(visual_mask.any()):
+        return embeds, visual_mask, None
+    # Deepstack rows come images first, then videos; the decoder adds them in sequence order.
+    in_visual = visual_mask[visual_mask]
+    image_in_visual, video_in_visual = image_mask[visual_mask], video_mask[visual_mask]
+    ordered = []
+    for layer in deepstack:
+        joint = layer.new_zeros(in_visual.numel(), layer.shape[-1])
+        joint[image_in_visual] = layer[:image_rows]
+        joint[video_in_visual] = layer[image_rows:]
+        ordered.append(joint)
+    return embeds, visual_mask, ordered
+
+
+def _shard_decoder_inputs(shard: TextShard, embeds: torch.Tensor, position_ids: torch.Tensor,
+                          visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None) -> dict[str, Any]:
+    index = shard.global_index.to(embeds.device)
+    inputs: dict[str, Any] = {"inputs_embeds": embeds[:, index], "position_ids": position_ids[..., index]}
+    if deepstack is not None:
+        visual_rank = torch.cumsum(visual_mask[0].to(torch.int64), dim=0) - 1
+        local_rows = visual_rank[index][visual_mask[0, index]]
+        inputs["visual_pos_masks"] = visual_mask[:, index]
+        inputs["deepstack_visual_embeds"] = [layer[local_rows] for layer in deepstack]
+    # The decoder's own varlen bookkeeping covers the shard as one sequence; FCP's attention uses the
+    # samples' boundaries over the whole group instead.
+    inputs[SEQLENS_KEY] = torch.tensor([index.numel()], dtype=torch.int32)
+    inputs["indices"] = torch.arange(index.numel(), device=embeds.device)
+    return inputs
+
+
+def model_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """`Qwen3VLModel.forward`, inside an FCP round on this rank's shard of the group's packed samples."""
+    signature = inspect.signature(forward)
+
+    @functools.wraps(forward)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
+        extra = dict(bound.arguments.pop("kwargs", {}))
+        shard = round_shard(extra.get(SEQLENS_KEY))
+        if shard is None:
+            return forward(self, *args, **kwargs)
+        given = bound.arguments
+        input_ids = given.get("input_ids")
+        if input_ids is None or input_ids.shape[0] != 1 or given.get("inputs_embeds") is not None:
+            raise FCPRuntimeError("FCP runs Qwen3-VL on the input ids of one packed sequence per round")
+        if given.get("past_key_values") is not None:
+            raise FCPRuntimeError("FCP trains without a key-value cache")
+        embeds, visual_mask, deepstack = _packed_inputs(self, input_ids, given)
+        seqlens = extra.pop(SEQLENS_KEY)
+        position_ids, rope_deltas = self.get_rope_index(
+            input_ids, given.get("image_grid_thw"), given.get("video_grid_thw"), sequence_length=seqlens)
+        decoder_inputs = _shard_decoder_inputs(shard, embeds, position_ids, visual_mask, deepstack)
+        extra.pop("indices", None)
+        run_text_decoder_on(shard)
+        outputs = self.language_model(input_ids=None, attention_mask=None, past_key_values=None,
+                                      cache_position=None, **decoder_inputs, **extra)
+        from mindspeed_mm.models.transformers.qwen3vl.output import Qwen3VLModelOutputWithPast
+
+        return Qwen3VLModelOutputWithPast(last_hidden_state=outputs.last_hidden_state, past_key_values=None,
+                                          rope_deltas=rope_deltas)
+
+    return run
+
+
+def text_attention_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """`Qwen3VLTextAttention.forward` attending over the round's group with FCP's ring or Ulysses attention."""
+    signature = inspect.signature(forward)
+
+    @functools.wraps(forward)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        shard = active_shard()
+        if shard is None:
+            return forward(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        hidden_states = bound.arguments["hidden_states"]
+        cos, sin = bound.arguments["position_embeddings"]
+        if self.training and self.attention_dropout > 0:
+            raise FCPRuntimeError("FCP's attention has no dropout: set the text model's attention_dropout to 0")
+        from mindspeed_mm.models.transformers.qwen3vl.modules import apply_rotary_pos_emb
+
+        batch, tokens = hidden_states.shape[:-1]
+        heads_shape = (batch, tokens, -1, self.head_dim)
+        query = self.q_norm(self.q_proj(hidden_states).view(heads_shape))
+        key = self.k_norm(self.k_proj(hidden_states).view(heads_shape))
+        value = self.v_proj(hidden_states).view(heads_shape)
+        query, key = apply_rotary_pos_emb(query, key, cos, sin, unsqueeze_dim=2)
+        output = fcp_attention(
+            query[0], key[0], value[0], shard.cu_seqlens,
+            group=shard.group, algo=shard.fcp_round.algo, causal=True, softmax_scale=self.scaling,
+        )
+        return self.o_proj(output.reshape(batch, tokens, -1))
+
+    return run
