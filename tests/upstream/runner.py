@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bed import ENTRY, Checkout
+from cpu_ascend.cpu_ascend_hooks import EXACT_GRAD_NORM_PREFIX
 from recipe import write_recipe
 
 DEFAULT_TIMEOUT_S = 420
@@ -35,6 +36,7 @@ class RunLog:
     losses: list[float]
     """Per-step `loss` (or `lm loss`), iteration 1 first."""
     grad_norms: list[float]
+    """Per-step grad norm in full precision (the bed's observer line), else Megatron's 3-decimal figure."""
     step_times_ms: list[float]
     """`elapsed time per iteration (ms)` per step."""
     text: str
@@ -62,6 +64,10 @@ def parse_log(text: str) -> tuple[list[float], list[float], list[float]]:
     ordered = [steps[i] for i in sorted(steps)]
     losses = [s.get("loss", s.get("lm loss", float("nan"))) for s in ordered]
     grads = [s.get("grad norm", float("nan")) for s in ordered]
+    exact = [float(line.split(EXACT_GRAD_NORM_PREFIX, 1)[1]) for line in text.splitlines()
+             if EXACT_GRAD_NORM_PREFIX in line]
+    if len(exact) == len(grads):
+        grads = exact
     times = [s.get("elapsed time per iteration (ms)", float("nan")) for s in ordered]
     return losses, grads, times
 

@@ -14,6 +14,9 @@ them pay nothing:
 - `mindspeed_mm.models.common.communications`: `_gather` requires `input_.device.type in ("cuda", "npu")`;
   on this bed the host is the device, so `cpu` is added to the accepted device types of that check (only the
   constant tuple of the check changes; the function body is upstream's).
+
+One observer, not a fix: `mindspeed_mm.training.train_step` is wrapped so that rank 0 prints each step's
+grad norm in full precision (Megatron's log line rounds it to 3 decimals); training is unchanged.
 """
 from __future__ import annotations
 
@@ -146,6 +149,27 @@ def _gather_accepts_host(module: types.ModuleType) -> None:
     function.__code__ = code.replace(co_consts=consts)
 
 
+EXACT_GRAD_NORM_PREFIX = "[bed] exact grad norm:"
+"""Line prefix of the full-precision grad norm the bed's observer prints on rank 0 (Megatron logs 3 decimals)."""
+
+
+def _print_exact_grad_norm(module: types.ModuleType) -> None:
+    """Observation only: rank 0 prints each step's grad norm in full precision after upstream's `train_step`."""
+    import functools
+    import os
+
+    train_step = module.train_step
+
+    @functools.wraps(train_step)
+    def observed(*args, **kwargs):
+        result = train_step(*args, **kwargs)
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{EXACT_GRAD_NORM_PREFIX} {float(result[2])!r}", flush=True)
+        return result
+
+    module.train_step = observed
+
+
 def install() -> None:
     if any(isinstance(f, _Finder) for f in sys.meta_path):
         return
@@ -153,4 +177,5 @@ def install() -> None:
     _REPLACE["torchvision.io.video"] = _build_video_module
     _POST["accelerate.state"] = _accelerate_host
     _POST["mindspeed_mm.models.common.communications"] = _gather_accepts_host
+    _POST["mindspeed_mm.training"] = _print_exact_grad_norm
     sys.meta_path.insert(0, _Finder())

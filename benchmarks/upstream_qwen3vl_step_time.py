@@ -1,0 +1,74 @@
+"""Per-step time of upstream MindSpeed-MM's Qwen3-VL with FCP against the static layouts a user would pick.
+
+On the upstream test bed (the real `pretrain_transformers.py` on the tiny Qwen3-VL, gloo processes on this
+host), one run of each layout over the same samples and loaded weights:
+
+- FCP (`fcp_cp_algo`, `FCPBatchSampler`) on N processes, with `--fcp-max-tokens-per-rank` forcing groups;
+- CP = 1, DP = N (upstream's `BaseRandomBatchSampler`, one sample per micro-batch);
+- static `ulysses_cp_algo`, CP = 2, DP = N / 2.
+
+It reports the median step time (steps 2..end; step 1 holds one-off set-up) and each layout's losses. On a
+CPU host the processes share the cores, so the figures compare layouts on this host only; they say nothing
+of an accelerator cluster.
+
+    python benchmarks/upstream_qwen3vl_step_time.py --nproc 4 --steps 6
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "upstream"))
+
+from harness import UpstreamBed  # noqa: E402
+
+logger = logging.getLogger("upstream_qwen3vl_step_time")
+TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
+
+
+def layouts(bed: UpstreamBed, nproc: int, steps: int, global_batch: int, max_tokens: int) -> list[dict]:
+    def recipe(**keywords) -> dict:
+        extra = dict(TRAINING, **keywords.pop("extra", {}))
+        return bed.recipe(train_iters=steps, global_batch_size=global_batch, extra_gpt=extra, **keywords)
+
+    fcp = recipe(cp_algo="fcp_cp_algo", extra={"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": max_tokens})
+    fcp["data"]["dataloader_param"]["sampler_type"] = "FCPBatchSampler"
+    return [
+        dict(name=f"fcp_{nproc}", recipe=fcp, nproc=nproc, register_fcp=True),
+        dict(name=f"dp{nproc}_cp1", recipe=recipe(), nproc=nproc),
+        dict(name=f"ulysses_cp2_dp{nproc // 2}", recipe=recipe(cp=2, cp_algo="ulysses_cp_algo"), nproc=nproc),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--global-batch-size", type=int, default=8)
+    parser.add_argument("--max-tokens-per-rank", type=int, default=70)
+    parser.add_argument("--out", type=Path, default=None, help="markdown file for the table (default: print only)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with tempfile.TemporaryDirectory(prefix="fcp_upstream_bench_") as root:
+        bed = UpstreamBed.create(Path(root))
+        rows = []
+        for launch in layouts(bed, args.nproc, args.steps, args.global_batch_size, args.max_tokens_per_rank):
+            log = bed.run(**launch)
+            rows.append((launch["name"], statistics.median(log.step_times_ms[1:]), log.losses))
+    fcp_ms = rows[0][1]
+    lines = ["| layout | median step (ms) | vs FCP | losses |", "|---|---|---|---|"]
+    for name, ms, losses in rows:
+        lines.append(f"| {name} | {ms:.1f} | {ms / fcp_ms:.2f}x | {', '.join(f'{x:.6f}' for x in losses)} |")
+    table = "\n".join(lines)
+    logger.info("%s", table)
+    if args.out is not None:
+        args.out.write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

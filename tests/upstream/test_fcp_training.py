@@ -1,0 +1,74 @@
+"""FCP trains upstream's Qwen3-VL through the unmodified `pretrain_transformers.py` exactly as one device would.
+
+The tiny Qwen3-VL (loaded fp32 weights) trains 6 steps on its image and video samples, global batch 8:
+with `context_parallel_algo: fcp_cp_algo` and `sampler_type: FCPBatchSampler` on 4 gloo processes, and
+without FCP on 1 process, under FSDP2 and under Megatron DDP. `fcp_max_tokens_per_rank: 70` makes the
+planner put the longer samples (68-174 tokens) into groups of 2, 3 and 4 ranks. Every step's loss must
+agree within 1e-5 and its grad norm within 1e-4 (relative), so the packed samples, the zigzag shards, the
+mRoPE ids, the vision features, ring / Ulysses attention over the round's group, the loss weighting and the
+gradient reduction all reproduce single-device training.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from runner import logged_argument
+
+STEPS = 6
+GLOBAL_BATCH = 8
+FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 70, "fcp_log_plan": True}
+# A constant, non-zero learning rate, so that every step's weights (and so its loss) depend on the previous
+# steps' gradients (upstream's recipe warms up from 0).
+TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
+PLAN_LINE = re.compile(r"\[Rank 0 \|.*FCP plan of step (\d+): (\d+) rounds, degrees (\[\[.*?\]\])")
+
+
+@pytest.fixture(scope="module")
+def runs(upstream_bed):
+    def recipe(fcp: bool, fsdp2: bool) -> dict:
+        extra = dict(TRAINING, **(FCP_KEYS if fcp else {}))
+        built = upstream_bed.recipe(cp_algo="fcp_cp_algo" if fcp else "ulysses_cp_algo", fsdp2=fsdp2,
+                                    train_iters=STEPS, global_batch_size=GLOBAL_BATCH, extra_gpt=extra)
+        if fcp:
+            built["data"]["dataloader_param"]["sampler_type"] = "FCPBatchSampler"
+        return built
+
+    done = upstream_bed.run_many([
+        dict(recipe=recipe(False, True), nproc=1, name="single_fsdp2"),
+        dict(recipe=recipe(False, False), nproc=1, name="single_ddp"),
+    ])
+    for name, fsdp2 in (("fcp_fsdp2", True), ("fcp_ddp", False)):
+        done[name] = upstream_bed.run(recipe(True, fsdp2), 4, name=name, register_fcp=True)
+    for name, log in done.items():
+        print(f"[upstream FCP] {name}: wall={log.wall_s:.1f}s losses={log.losses} grad_norms={log.grad_norms} "
+              f"step_ms={log.step_times_ms}")
+    return done
+
+
+def planned_degrees(text: str) -> dict[int, list[list[int]]]:
+    return {int(m.group(1)): json.loads(m.group(3)) for m in PLAN_LINE.finditer(text)}
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_fcp_on_4_processes_trains_like_one_process(runs, parallel) -> None:
+    fcp, single = runs[f"fcp_{parallel}"], runs[f"single_{parallel}"]
+    assert logged_argument(fcp.text, "context_parallel_algo") == "fcp_cp_algo"
+    assert logged_argument(fcp.text, "world_size") == "4"
+    assert len(fcp.losses) == len(single.losses) == STEPS
+    for step, (got, want) in enumerate(zip(fcp.losses, single.losses), start=1):
+        assert math.isclose(got, want, rel_tol=1e-5), f"{parallel}: loss of step {step}: FCP {got}, 1 process {want}"
+    for step, (got, want) in enumerate(zip(fcp.grad_norms, single.grad_norms), start=1):
+        assert math.isclose(got, want, rel_tol=1e-4), f"{parallel}: grad norm of step {step}: FCP {got}, 1 process {want}"
+
+
+def test_the_log_shows_each_rounds_groups_with_multi_rank_and_odd_degrees(runs) -> None:
+    degrees = planned_degrees(runs["fcp_fsdp2"].text)
+    assert sorted(degrees) == list(range(1, STEPS + 1))
+    used = {degree for rounds in degrees.values() for groups in rounds for degree in groups}
+    assert all(sum(groups) == 4 for rounds in degrees.values() for groups in rounds)
+    assert 2 in used and 3 in used, used
+    assert "FCPBatchSampler plans 16 samples" in runs["fcp_fsdp2"].text

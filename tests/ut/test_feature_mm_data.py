@@ -1,0 +1,151 @@
+"""FCP's MindSpeed-MM data path without the upstream stack: global batch order, plan sharing, packing, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mindspeed_mm.core.fcp.solver import Plan
+from test_feature_runtime import make_plan
+from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
+from mindspeed_mm.features_manager.fcp.mm.data import (
+    FCPBatchSampler,
+    PackedGroupCollator,
+    check_collated_lengths,
+    dataset_token_lengths,
+    prepare_sampler_dataloader_wrapper,
+)
+from mindspeed_mm.features_manager.fcp.mm.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
+from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout
+
+
+def upstream_random_batch_order(num_samples: int, consumed: int) -> list[int]:
+    """What MindSpeed-MM's BaseRandomBatchSampler yields on one rank with micro batch 1, from `consumed`: one epoch."""
+    epoch, offset = divmod(consumed, num_samples)
+    generator = torch.Generator()
+    generator.manual_seed(epoch)
+    return torch.randperm(num_samples, generator=generator).tolist()[offset:]
+
+
+def test_global_batches_follow_the_upstream_random_order_across_epochs() -> None:
+    order = GlobalBatchOrder(num_samples=16, global_batch_size=8, shuffle=True)
+    for step in range(5):
+        consumed = step * 8
+        assert order.indices(step) == upstream_random_batch_order(16, consumed)[:8]
+    assert GlobalBatchOrder(16, 8, shuffle=False).indices(3) == list(range(8, 16))
+
+
+def test_a_partial_last_global_batch_is_dropped_from_each_epoch() -> None:
+    order = GlobalBatchOrder(num_samples=10, global_batch_size=4, shuffle=False)
+    assert [order.indices(s) for s in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
+
+
+def test_a_dataset_smaller_than_one_global_batch_is_refused() -> None:
+    with pytest.raises(FCPDataError, match="3 samples, fewer than one global batch"):
+        GlobalBatchOrder(num_samples=3, global_batch_size=8, shuffle=True)
+
+
+class _Source:
+    """A plan source that plans batch after batch with one group of all ranks per sample (in order)."""
+
+    def __init__(self, batch_lengths, num_ranks: int = 2) -> None:
+        self.batch_lengths = batch_lengths
+        self.num_ranks = num_ranks
+        self.calls = 0
+        self.wants_measurements = False
+
+    def __call__(self) -> Plan:
+        lengths = self.batch_lengths(self.calls)
+        self.calls += 1
+        everyone = tuple(range(self.num_ranks))
+        return make_plan([[(everyone, "ring", (i,))] for i in range(len(lengths))], self.num_ranks)
+
+    def close(self) -> None:
+        pass
+
+
+def test_sampler_and_runtime_read_the_same_plans_each_planned_once() -> None:
+    order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
+    sources = []
+    plans = StepPlans(order, list(range(10, 18)), lambda lengths: sources.append(_Source(lengths)) or sources[-1])
+    sampler = FCPBatchSampler(plans, FCPRankLayout(planes=((0, 1),), rank=1))
+    batches = iter(sampler)
+    assert [next(batches) for _ in range(6)] == [[0], [1], [2], [3], [4], [5]]  # the sampler runs ahead
+    first = plans.plan(0, "runtime")
+    assert first is plans.plan(0, "runtime")
+    assert plans.plan(1, "runtime").num_rounds == 4
+    assert sources[0].calls == 2
+    with pytest.raises(RuntimeError, match="asked for step 1 after step 2"):
+        plans.plan(0, "runtime")
+
+
+def test_the_plans_of_a_resumed_run_start_at_its_first_step() -> None:
+    order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
+    lengths_seen = []
+
+    def factory(batch_lengths):
+        lengths_seen.append(batch_lengths(0))
+        return _Source(batch_lengths)
+
+    plans = StepPlans(order, list(range(100, 108)), factory, first_step=1)
+    assert lengths_seen == [[104, 105, 106, 107]]
+    assert plans.samples(1, [0, 3]) == [4, 7]
+
+
+def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> None:
+    order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
+
+    class TooLong(_Source):
+        def __call__(self) -> Plan:
+            raise InfeasibleSampleError(index=2, length=900, capacity_tokens=100, max_degree=4)
+
+    plans = StepPlans(order, [1] * 8, TooLong, first_step=1)
+    with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens.*needs 9 ranks.*at most 4"):
+        plans.plan(1, "runtime")
+
+
+def test_packing_concatenates_sequences_and_media_and_strips_trailing_padding() -> None:
+    def collate(samples):
+        (sample,) = samples
+        n = sample["n"]
+        batch = {"input_ids": torch.arange(n + 2).unsqueeze(0), "labels": torch.full((1, n + 2), -100),
+                 "attention_mask": torch.tensor([[1] * n + [0, 0]]), "video_metadata": [f"meta{n}"]}
+        if sample["image"]:
+            batch["pixel_values"] = torch.ones(4 * n, 3)
+            batch["image_grid_thw"] = torch.tensor([[1, 2, 2 * n]])
+        return batch
+
+    packed = PackedGroupCollator(collate, [3, 5])([{"n": 3, "image": True}, {"n": 5, "image": False}])
+    assert packed["input_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
+    assert packed["labels"].shape == (1, 8)
+    assert packed["seqlens"].tolist() == [3, 5] and packed["seqlens"].dtype == torch.int32
+    assert packed["pixel_values"].shape == (12, 3) and packed["image_grid_thw"].tolist() == [[1, 2, 6]]
+    assert packed["video_metadata"] == ["meta3", "meta5"]
+    assert "attention_mask" not in packed
+    check_collated_lengths(packed, [7, 9], {7: 3, 9: 5})
+    with pytest.raises(FCPDataError, match="training sample 9: planned with 6 tokens but collated to 5"):
+        check_collated_lengths(packed, [7, 9], {7: 3, 9: 6})
+
+
+def test_packing_refuses_padding_inside_a_sample_and_keys_it_cannot_pack() -> None:
+    inner_gap = PackedGroupCollator(
+        lambda s: {"input_ids": torch.zeros(1, 3), "attention_mask": torch.tensor([[1, 0, 1]])}, [3])
+    with pytest.raises(FCPDataError, match="padding before the sample's end"):
+        inner_gap([{}])
+    unknown = PackedGroupCollator(lambda s: {"input_ids": torch.zeros(1, 3), "token_type_ids": torch.zeros(1, 3)}, [3])
+    with pytest.raises(FCPDataError, match="cannot pack the collated key 'token_type_ids'"):
+        unknown([{}])
+
+
+def test_fcp_refuses_another_sampler_naming_the_yaml_key() -> None:
+    def prepare(dataset, batch_size=1, sampler_type="stateful_distributed_sampler", collate_param=None):
+        raise AssertionError("upstream's builder must not run under fcp_cp_algo")
+
+    wrapped = prepare_sampler_dataloader_wrapper(prepare)
+    with pytest.raises(FCPDataError, match=r"set data\.dataloader_param\.sampler_type: FCPBatchSampler "
+                                           r"\(got 'BaseRandomBatchSampler'\)"):
+        wrapped([], sampler_type="BaseRandomBatchSampler")
+
+
+def test_a_dataset_without_token_lengths_is_refused_naming_what_is_needed() -> None:
+    with pytest.raises(FCPDataError, match=r"column 'input_ids'.*preprocess_on_fly"):
+        dataset_token_lengths([{"text": "a"}])
