@@ -282,3 +282,32 @@ def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
         fcp1 = [max(ROUND_MS[2][k], ROUND_MS[3][k]) for k in range(2)]
         assert result["measured"] == [[[pytest.approx(min(fcp0[0], fcp1[0]))],
                                        [pytest.approx(fcp0[1]), pytest.approx(fcp1[1])]]]
+
+
+def test_a_failed_exchange_of_the_round_times_names_the_step_and_the_ranks(monkeypatch) -> None:
+    import torch.distributed as dist
+
+    from mindspeed_mm.core.fcp.executor.comm_errors import CommunicationError
+    from mindspeed_mm.features_manager.fcp import runtime as runtime_module
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        plan = make_plan([[((0,), "ring", (0,))]], num_ranks=1)
+        runtime = FCPRuntime(FCPRuntimeSettings(comm_timeout_s=5.0), clock=iter([0.0, 1.0, 2.0, 3.0]).__next__)
+        runtime.set_layout(FCPRankLayout(planes=((0,),), rank=0))
+        runtime.set_plan_source(_RecordingSource(plan))
+        for _ in runtime.begin_step():
+            runtime.next_round()
+        runtime.end_step()  # step 1 exchanges its times
+
+        def stalled(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("[gloo] Timed out waiting 5000ms for recv operation to complete")
+
+        monkeypatch.setattr(runtime_module.dist, "all_reduce", stalled)
+        for _ in runtime.begin_step():
+            runtime.next_round()
+        with pytest.raises(CommunicationError, match=r"step 2: the measured round times over the group of ranks \[0\] "
+                                                     r"failed within the 5 s communication timeout"):
+            runtime.end_step()
+    finally:
+        dist.destroy_process_group()

@@ -81,6 +81,12 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
         requires="megatron.training",
     ),
     FCPPatch(
+        "mindspeed.utils.get_batch_on_this_cp_rank",
+        f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
+        "MindSpeed-MM entry scripts shard batches through MindSpeed's copy of the function",
+        requires="mindspeed",
+    ),
+    FCPPatch(
         "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
         f"{_MM}.data:prepare_sampler_dataloader_wrapper",
         "MindSpeed-MM's data loader: `sampler_type: FCPBatchSampler` plans every global batch from the dataset's "
@@ -106,12 +112,6 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
         "the loss of a round's shard is weighted so that the step's loss and gradients are those of the global "
         "batch on one device (model.loss_cfg semantics)",
         requires="mindspeed_mm.models.transformers_model",
-    ),
-    FCPPatch(
-        "mindspeed.utils.get_batch_on_this_cp_rank",
-        f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
-        "MindSpeed-MM entry scripts shard batches through MindSpeed's copy of the function",
-        requires="mindspeed",
     ),
 )
 """Every patch of the FCP feature, in registration order."""

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 import torch
 import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.recalibration import measured_group_times
 from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
@@ -171,6 +172,7 @@ class FCPRuntime:
         self._next_round = 0
         self._plan: Plan | None = None
         self._round_starts: list[float] | None = None
+        self._steps_done = 0
 
     # ------------------------------------------------------------------ start-up
     def set_layout(self, layout: FCPRankLayout) -> None:
@@ -265,14 +267,16 @@ class FCPRuntime:
         ran = self._next_round
         plan, starts = self._plan, self._round_starts
         self.abort_step()
+        self._steps_done += 1
+        step = self._steps_done
         if ran != len(rounds):
             raise FCPRuntimeError(f"the step ran {ran} micro-batches but its plan has {len(rounds)} rounds")
         if starts is not None and plan is not None and isinstance(self.plan_source, MeasuringPlanSource):
             synchronize(collective_device())
             starts.append(self._clock())
-            self.plan_source.record_measured(self._group_times(plan, starts))
+            self.plan_source.record_measured(self._group_times(plan, starts, step))
 
-    def _group_times(self, plan: Plan, boundaries: list[float]) -> list[list[float]]:
+    def _group_times(self, plan: Plan, boundaries: list[float], step: int) -> list[list[float]]:
         """Every group's time in ms from this rank's round boundaries and every other rank's."""
         layout = self.require_layout()
         # [FCP rank, round]: each rank fills its row; MAX also keeps the slowest plane (TP / PP above 1).
@@ -281,7 +285,9 @@ class FCPRuntime:
         times[layout.fcp_rank] = torch.tensor([(b - a) * 1e3 for a, b in zip(boundaries, boundaries[1:])],
                                               dtype=torch.float32)
         times = times.to(collective_device())
-        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        with communication(f"step {step}", "the measured round times", range(dist.get_world_size()),
+                           self.settings.comm_timeout_s):
+            dist.all_reduce(times, op=dist.ReduceOp.MAX)
         return measured_group_times(plan, times.cpu().numpy())
 
     def abort_step(self) -> None:

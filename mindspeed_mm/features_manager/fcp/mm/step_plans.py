@@ -13,13 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.plan_check import check_plan_agreement
 from mindspeed_mm.core.fcp.parallel.device import collective_device
 from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 
 from ..planning import StepPlanSource
+from ..runtime import get_fcp_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +135,9 @@ class RuntimePlanSource:
 
     def __call__(self) -> Plan:
         plan = self.plans.plan(self._step, "runtime")
-        check_plan_agreement(plan, self._step, device=collective_device())
+        with communication(f"step {self._step + 1}", "the plan digests", range(dist.get_world_size()),
+                           get_fcp_runtime().settings.comm_timeout_s):
+            check_plan_agreement(plan, self._step, device=collective_device())
         self._step += 1
         return plan
 
