@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 import dataclasses
 
-from mindspeed_mm.core.fcp.cost import ALGOS, CostModel, ProfileTable
+from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
+from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
 from mindspeed_mm.core.fcp.executor.log_format import calibration_line
@@ -24,25 +25,22 @@ from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 logger = logging.getLogger(__name__)
 
 
-def cost_model_from_args(args: argparse.Namespace) -> CostModel:
-    """The cost model of --fcp-profile-table (or --fcp-preset at the run's TP/PP), --fcp-max-tokens-per-rank
-    and --fcp-attention-algo."""
-    algos = ALGOS if args.fcp_attention_algo == "auto" else (args.fcp_attention_algo,)
-    if args.fcp_profile_table is not None:
-        table = ProfileTable.load(args.fcp_profile_table)
-        return CostModel(table, max_tokens_per_rank=args.fcp_max_tokens_per_rank, algos=algos)
-    return CostModel.from_preset(
-        args.fcp_preset,
+def cost_model_from_args(args: argparse.Namespace, num_fcp_ranks: int | None = None) -> CostModel:
+    """The cost model of --fcp-profile-table (or --fcp-preset at the run's TP/PP, its state sharded over the
+    `num_fcp_ranks` ranks of a DP x CP plane), --fcp-max-tokens-per-rank, --fcp-ranks-per-node and
+    --fcp-attention-algo."""
+    return build_cost_model(
+        preset=args.fcp_preset, profile_table=args.fcp_profile_table,
         max_tokens_per_rank=args.fcp_max_tokens_per_rank,
-        algos=algos,
-        tp=getattr(args, "tensor_model_parallel_size", 1),
-        pp=getattr(args, "pipeline_model_parallel_size", 1),
+        algos=ALGOS if args.fcp_attention_algo == "auto" else (args.fcp_attention_algo,),
+        shard_ranks=num_fcp_ranks, ranks_per_node=args.fcp_ranks_per_node,
+        tp=getattr(args, "tensor_model_parallel_size", 1), pp=getattr(args, "pipeline_model_parallel_size", 1),
     )
 
 
 def planner_from_args(args: argparse.Namespace, num_fcp_ranks: int) -> BatchPlanner:
     """The FCP planner of a run whose DP x CP planes hold `num_fcp_ranks` ranks."""
-    cost = cost_model_from_args(args)
+    cost = cost_model_from_args(args, num_fcp_ranks)
     solver = SolverConfig(
         num_ranks=num_fcp_ranks,
         ranks_per_node=args.fcp_ranks_per_node or cost.ranks_per_node,

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from mindspeed_mm.core.fcp.cost import CostModel, ModelDoesNotFitError
+from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.solver import SolverConfig
 from mindspeed_mm_fcp.options import positive_int
 
@@ -70,24 +70,17 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
     preset shards parameters, gradients and optimizer state over the --ranks ranks of the run (its
     FSDP / distributed-optimizer group), so its memory limit is that of the real cluster."""
     ranks_per_node = getattr(args, "ranks_per_node", None)
+    ranks = getattr(args, "ranks", None)
     if args.profile is not None:
-        from mindspeed_mm.core.fcp.cost.table import ProfileTable
-
         try:
-            table = ProfileTable.load(args.profile)
-            if ranks_per_node is not None:
-                hardware = dataclasses.replace(table.hardware, ranks_per_node=ranks_per_node)
-                table = dataclasses.replace(table, hardware=hardware)
-            return CostModel(table, max_tokens_per_rank=args.max_tokens_per_rank)
+            return build_cost_model(preset=None, profile_table=args.profile, max_tokens_per_rank=args.max_tokens_per_rank,
+                                    ranks_per_node=ranks_per_node)
         except (ValueError, KeyError) as err:
             raise ValueError(f"--profile {args.profile}: {err}") from None
     preset = args.preset or DEFAULT_PRESET
-    node = {} if ranks_per_node is None else {"ranks_per_node": ranks_per_node}
-    ranks = getattr(args, "ranks", None)
-    if ranks is not None:
-        node["shard_ranks"] = ranks
     try:
-        return CostModel.from_preset(preset, max_tokens_per_rank=args.max_tokens_per_rank, **node)
+        return build_cost_model(preset=preset, profile_table=None, max_tokens_per_rank=args.max_tokens_per_rank,
+                                shard_ranks=ranks, ranks_per_node=ranks_per_node)
     except ModelDoesNotFitError as err:
         raise ValueError(f"--preset {preset} on --ranks {ranks}: {err} (the preset shards the state over "
                          f"--ranks: raise --ranks or pick a smaller model)") from None

@@ -5,14 +5,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
-from mindspeed_mm.core.fcp.cost.table import ProfileTable
+from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 
 
-def build_cost_model(config: RunConfig, num_ranks: int | None = None) -> CostModel:
+def run_cost_model(config: RunConfig, num_ranks: int | None = None) -> CostModel:
     """The cost model named by `fcp_preset` or `fcp_profile_table`, restricted to the allowed algos.
 
     A preset shards the model state over the run's `num_ranks` FCP ranks (its memory limit is that of
@@ -25,15 +25,9 @@ def build_cost_model(config: RunConfig, num_ranks: int | None = None) -> CostMod
         algos = ALGOS
     else:
         algos = (fcp.attention_algo,)
-    if fcp.preset is not None:
-        options: dict[str, int] = {}
-        if num_ranks is not None:
-            options["shard_ranks"] = num_ranks
-        if fcp.ranks_per_node is not None:
-            options["ranks_per_node"] = fcp.ranks_per_node
-        return CostModel.from_preset(fcp.preset, max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos,
-                                     **options)
-    return CostModel(ProfileTable.load(fcp.profile_table), max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos)
+    return build_cost_model(preset=fcp.preset, profile_table=fcp.profile_table if fcp.preset is None else None,
+                            max_tokens_per_rank=fcp.max_tokens_per_rank, algos=algos, shard_ranks=num_ranks,
+                            ranks_per_node=fcp.ranks_per_node if fcp.preset is not None else None)
 
 
 @dataclass(frozen=True)
@@ -51,7 +45,7 @@ class BatchPlanner:
     def from_config(cls, config: RunConfig, num_ranks: int) -> "BatchPlanner":
         """The planner of a run on `num_ranks` FCP ranks."""
         config.validate_world(num_ranks)
-        cost = build_cost_model(config, num_ranks)
+        cost = run_cost_model(config, num_ranks)
         solver_config = SolverConfig(
             num_ranks=num_ranks,
             ranks_per_node=config.fcp.ranks_per_node or cost.ranks_per_node,
