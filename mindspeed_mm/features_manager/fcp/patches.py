@@ -96,8 +96,9 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
     FCPPatch(
         "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
         f"{_MM}.qwen3vl:model_forward_wrapper",
-        "Qwen3-VL builds the round's packed samples whole (one vision-tower call per round on every rank, as FSDP2 "
-        "needs), then runs its text decoder on this rank's zigzag shard (embeddings, mRoPE ids, deepstack features)",
+        "Qwen3-VL builds the round's packed samples whole (each image or video encoded by one member of the group, "
+        "features gathered; one vision-tower call per round on every rank, as FSDP2 needs), then runs its text "
+        "decoder on this rank's zigzag shard (embeddings, mRoPE ids, deepstack features)",
         requires="mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl",
     ),
     FCPPatch(

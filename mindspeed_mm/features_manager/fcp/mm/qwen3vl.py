@@ -11,11 +11,10 @@ round two wrappers take over:
 - `Qwen3VLTextAttention.forward` attends over the whole group with FCP's ring or Ulysses attention,
   never across a sample boundary.
 
-The vision tower runs exactly once per round on every rank, on the group's images and videos
-together (a one-patch-group stand-in when the group has none, weighted 0): under FSDP2 every call
-is a collective of all ranks, so each must make the same calls. Each member keeps the features of
-its own tokens; its backward pass reaches the vision weights only through those tokens, and the
-data-parallel gradient reduction sums the shards into the exact gradient.
+The vision tower runs exactly once per round on every rank (under FSDP2 every call is a collective of
+all ranks, so each must make the same calls): in a group of several ranks each image or video is encoded
+by one member and the feature rows are gathered over the group (`vision_split`); a rank without media
+encodes a stand-in weighted 0.
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from mindspeed_mm.core.fcp.parallel import fcp_attention
 
 from ..runtime import FCPRuntimeError
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
+from .vision_split import encode_media_in_group, media_items
 
 
 def _vision_is_frozen() -> bool:
@@ -40,40 +40,60 @@ def _vision_is_frozen() -> bool:
     return bool(encoder.vision_encoder.freeze and encoder.vision_projector.freeze)
 
 
-def _encode_media(model: Any, pixel_values: torch.Tensor | None, image_grid: torch.Tensor | None,
-                  video_values: torch.Tensor | None, video_grid: torch.Tensor | None,
-                  ) -> tuple[torch.Tensor, list[torch.Tensor], int, torch.Tensor | None]:
-    """One vision-tower call on the images then the videos: (features, deepstack features per layer, number of
-    image feature rows, the zero-weight anchor of a stand-in call or None)."""
-    pixels = [p for p in (pixel_values, video_values) if p is not None]
-    grids = [g for g in (image_grid, video_grid) if g is not None]
-    anchor = None
-    if not pixels:
-        vision = model.config.vision_config
-        merge = vision.spatial_merge_size
-        patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-        pixels = [torch.zeros(merge * merge, patch_dim, device=model.get_input_embeddings().weight.device)]
-        grids = [torch.tensor([[1, merge, merge]], device=pixels[0].device)]
+def _vision_rows(model: Any, pixels: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+    """One vision-tower call: `[rows, hidden * (1 + deepstack layers)]`, features then each deepstack layer."""
     context = torch.no_grad() if _vision_is_frozen() else nullcontext()
     with context:
-        features, deepstack = model.get_image_features(torch.cat(pixels), torch.cat(grids))
-    features = torch.cat(features)
-    if pixel_values is None and video_values is None:
-        anchor = features.sum() * 0 + sum(layer.sum() for layer in deepstack) * 0
-        return features[:0], [layer[:0] for layer in deepstack], 0, anchor
+        features, deepstack = model.get_image_features(pixels, grids)
+    return torch.cat([torch.cat(list(features))] + list(deepstack), dim=-1)
+
+
+def _stand_in_anchor(model: Any) -> torch.Tensor:
+    """A vision-tower call on one all-zero merge block, as a zero-valued scalar: keeps this rank's calls (FSDP2
+    collectives) in step with the ranks that have media."""
+    vision = model.config.vision_config
+    merge = vision.spatial_merge_size
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    device = model.get_input_embeddings().weight.device
+    rows = _vision_rows(model, torch.zeros(merge * merge, patch_dim, device=device),
+                        torch.tensor([[1, merge, merge]], device=device))
+    return rows.sum() * 0
+
+
+def _encode_media(model: Any, media: dict[str, Any], shard: TextShard
+                  ) -> tuple[torch.Tensor, list[torch.Tensor], int, torch.Tensor | None]:
+    """The round's vision features (images, then videos), deepstack features per layer, the number of image
+    feature rows, and the zero-weight anchor of a stand-in call (or None). In a group of several ranks each
+    medium is encoded by one member and the rows are gathered; every rank calls the vision tower once."""
+    image_grid, video_grid = media.get("image_grid_thw"), media.get("video_grid_thw")
+    pixels = [p for p in (media.get("pixel_values"), media.get("pixel_values_videos")) if p is not None]
+    items = media_items(image_grid, video_grid)
     merge_area = model.visual.spatial_merge_size ** 2
-    image_rows = int(image_grid.prod(-1).sum()) // merge_area if image_grid is not None else 0
-    return features, list(deepstack), image_rows, anchor
+    hidden = model.config.vision_config.out_hidden_size
+    width = hidden * (1 + len(model.visual.deepstack_visual_indexes))
+    anchor = None
+    if shard.group is None:
+        if items:
+            rows = _vision_rows(model, torch.cat(pixels), torch.stack([item.grid for item in items]))
+        else:
+            anchor = _stand_in_anchor(model)
+            rows = anchor.new_zeros(0, width)
+    else:
+        rows, anchor = encode_media_in_group(
+            lambda p, g: _vision_rows(model, p, g), lambda: _stand_in_anchor(model),
+            torch.cat(pixels) if pixels else None, items, merge_area, width,
+            shard.fcp_round.rank_in_group, shard.fcp_round.degree, shard.group)
+    image_rows = sum(item.patches for item in items[: 0 if image_grid is None else len(image_grid)]) // merge_area
+    layers = rows.split(hidden, dim=-1)
+    return layers[0], list(layers[1:]), image_rows, anchor
 
 
-def _packed_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                          list[torch.Tensor] | None]:
+def _packed_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], shard: TextShard
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
     """Embeddings of the packed sequence with the vision features in place, the visual-position mask and the
     deepstack features in sequence order."""
     embeds = model.get_input_embeddings()(input_ids)
-    features, deepstack, image_rows, anchor = _encode_media(
-        model, media.get("pixel_values"), media.get("image_grid_thw"),
-        media.get("pixel_values_videos"), media.get("video_grid_thw"))
+    features, deepstack, image_rows, anchor = _encode_media(model, media, shard)
     image_mask = input_ids == model.config.image_token_id
     video_mask = input_ids == model.config.video_token_id
     for name, mask, rows in (("image", image_mask, features[:image_rows]), ("video", video_mask, features[image_rows:])):
@@ -131,7 +151,7 @@ def model_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
             raise FCPRuntimeError("FCP runs Qwen3-VL on the input ids of one packed sequence per round")
         if given.get("past_key_values") is not None:
             raise FCPRuntimeError("FCP trains without a key-value cache")
-        embeds, visual_mask, deepstack = _packed_inputs(self, input_ids, given)
+        embeds, visual_mask, deepstack = _packed_inputs(self, input_ids, given, shard)
         seqlens = extra.pop(SEQLENS_KEY)
         position_ids, rope_deltas = self.get_rope_index(
             input_ids, given.get("image_grid_thw"), given.get("video_grid_thw"), sequence_length=seqlens)

@@ -1,0 +1,65 @@
+"""The vision tower split over a CP group: each medium encoded once, the gathered rows and their gradients
+equal encoding everything on every rank."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from distributed_utils import run_distributed
+from mindspeed_mm.features_manager.fcp.mm.vision_split import assign_media, encode_media_in_group, media_items
+
+MERGE_AREA = 4
+WIDTH = 6
+
+
+def test_media_go_largest_first_to_the_least_loaded_member() -> None:
+    assert assign_media([8, 4, 4, 12, 4], 3) == [1, 2, 2, 0, 1]
+    assert assign_media([], 2) == []
+    assert assign_media([4], 3) == [0]
+
+
+def _encoder(weight: torch.Tensor):
+    """A stand-in vision tower: each patch row maps linearly, each merge block of 4 rows is summed."""
+    def encode(pixels: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+        mapped = torch.tanh(pixels @ weight)
+        return mapped.reshape(-1, MERGE_AREA, WIDTH).sum(1)
+    return encode
+
+
+def _split_and_full(rank: int, world_size: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    image_grid = torch.tensor([[1, 2, 2], [1, 2, 4]])
+    video_grid = torch.tensor([[2, 2, 2]])
+    items = media_items(image_grid, video_grid)
+    pixels = torch.randn(sum(item.patches for item in items), 5)
+    weight = torch.randn(5, WIDTH, requires_grad=True)
+    upstream = torch.randn(sum(item.patches for item in items) // MERGE_AREA, WIDTH)
+    # every rank uses only some rows (its own tokens), as a zigzag shard would
+    used = torch.arange(upstream.shape[0]) % world_size == rank
+
+    def stand_in() -> torch.Tensor:
+        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
+
+    rows, anchor = encode_media_in_group(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, rank,
+                                         world_size, dist.group.WORLD)
+    loss = (rows[used] * upstream[used]).sum() + (anchor if anchor is not None else 0)
+    loss.backward()
+    split_grad = weight.grad.clone()
+    dist.all_reduce(split_grad)
+    weight.grad = None
+    full = _encoder(weight)(pixels, torch.cat([image_grid, video_grid]))
+    (full * upstream).sum().backward()
+    return {"rows": rows.detach(), "full": full.detach(), "split_grad": split_grad, "full_grad": weight.grad,
+            "stand_in": anchor is not None}
+
+
+def test_split_encoding_gathers_every_row_and_sums_the_gradients_exactly() -> None:
+    # 3 media on 4 ranks: one member encodes nothing and runs the stand-in
+    results = run_distributed(_split_and_full, 4, timeout_s=180.0)
+    assert [r["stand_in"] for r in results].count(True) == 1
+    for result in results:
+        assert torch.allclose(result["rows"], result["full"], atol=1e-6)
+        assert torch.allclose(result["split_grad"], result["full_grad"], atol=1e-5)
