@@ -178,9 +178,9 @@ def test_scale_lengths_keeps_shape_and_floor() -> None:
         ([10], 0, 1, "scale factor"),
         ([10], float("nan"), 1, "scale factor"),
         ([10], 2, 0, "min_tokens"),
-        ([], 2, 1, "non-empty"),
-        ([10, -1], 2, 1, "sample 1: length must be positive"),
-        ([1.5], 2, 1, "must be integers"),
+        ([], 2, 1, "lengths is empty"),
+        ([10, -1], 2, 1, "sample 1: length must be a positive integer"),
+        ([1.5], 2, 1, "must be an integer"),
     ],
 )
 def test_scale_lengths_rejects_bad_input(lengths: list, factor: float, min_tokens: int, message: str) -> None:

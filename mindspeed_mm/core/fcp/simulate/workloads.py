@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from mindspeed_mm.core.fcp.solver.lengths import checked_sample_lengths
+
 logger = logging.getLogger(__name__)
 
 DATASETS = ("msrvtt", "internvid", "openvid")
@@ -332,14 +334,7 @@ def scale_lengths(lengths: Sequence[int] | np.ndarray, factor: float, min_tokens
         raise ValueError(f"scale factor must be a positive finite number, got {factor!r}")
     if isinstance(min_tokens, bool) or not isinstance(min_tokens, (int, np.integer)) or min_tokens <= 0:
         raise ValueError(f"min_tokens must be a positive integer, got {min_tokens!r}")
-    values = np.asarray(lengths)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError("lengths must be a non-empty 1-D sequence")
-    if not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(f"lengths must be integers, got dtype {values.dtype}")
-    bad = np.flatnonzero(values <= 0)
-    if bad.size:
-        raise ValueError(f"sample {int(bad[0])}: length must be positive, got {int(values[bad[0]])}")
+    values = checked_sample_lengths(lengths)
     scaled = np.ceil(values.astype(np.float64) / factor).astype(np.int64)
     raised = int(np.count_nonzero(scaled < min_tokens))
     if raised:

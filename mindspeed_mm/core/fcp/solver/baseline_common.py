@@ -14,6 +14,7 @@ from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wid
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
+from mindspeed_mm.core.fcp.solver.lengths import checked_sample_lengths
 
 RING = "ring"
 ULYSSES = "ulysses"
@@ -27,21 +28,14 @@ def checked_lengths(
     lengths: Sequence[int], cost: CostModel, config: SolverConfig, patches: Sequence[int] | None
 ) -> np.ndarray:
     """The batch as int64, after the checks every planner applies."""
-    values = np.asarray(lengths)
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError("the batch is empty: at least one sample length is needed")
-    if not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(f"sample lengths must be integers, got dtype {values.dtype}")
-    bad = np.flatnonzero(values <= 0)
-    if bad.size:
-        raise ValueError(f"sample {int(bad[0])}: length must be positive, got {int(values[bad[0]])}")
+    values = checked_sample_lengths(lengths)
     if patches is not None and len(patches) != values.size:
         raise ValueError(f"patches has {len(patches)} entries for {values.size} samples")
     warn_if_state_sharded_wider(cost, config.num_ranks)
     limit = config.degree_limit
     for index in np.flatnonzero(values > limit * cost.capacity_tokens):
         raise InfeasibleSampleError(int(index), int(values[index]), cost.capacity_tokens, limit, config.num_ranks)
-    return values.astype(np.int64)
+    return values
 
 
 def sample_workload(

@@ -34,6 +34,7 @@ from scipy.sparse import coo_matrix
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.lengths import checked_sample_lengths
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -77,9 +78,7 @@ def solve_exact(
     n = len(lengths)
     if not 1 <= n <= MAX_EXACT_SAMPLES:
         raise ValueError(f"the exact model takes 1..{MAX_EXACT_SAMPLES} samples, got {n}")
-    for i, length in enumerate(lengths):
-        if int(length) <= 0:
-            raise ValueError(f"sample {i}: length must be a positive integer, got {length!r}")
+    lengths = checked_sample_lengths(lengths).tolist()
     if method not in ("rounds", "groups"):
         raise ValueError(f"method must be 'rounds' or 'groups', got {method!r}")
     n_ranks = config.num_ranks

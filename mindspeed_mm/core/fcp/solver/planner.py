@@ -15,7 +15,6 @@ groups that the moves left could relieve are within `polish_min_gain` of the nex
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -35,6 +34,7 @@ from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
+from mindspeed_mm.core.fcp.solver.lengths import checked_counts
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -72,10 +72,10 @@ def plan_batch(
     `InfeasibleSampleError` when a sample needs more ranks than `config.max_degree` allows.
     """
     started = time.perf_counter()
-    length_arr = _checked_counts(lengths, "length", 1)
+    length_arr = checked_counts(lengths, "length", 1)
     if patches is not None and len(patches) != len(length_arr):
         raise ValueError(f"patches has {len(patches)} entries for {len(length_arr)} samples")
-    patch_arr = None if patches is None else _checked_counts(patches, "patches", 0)
+    patch_arr = None if patches is None else checked_counts(patches, "patches", 0)
     patch_list = None if patch_arr is None else patch_arr.tolist()
     lengths = length_arr.tolist()
     n_ranks = config.num_ranks
@@ -336,25 +336,3 @@ def _sample_facts(
         device[i] = float(np.min(window))
     one_rank = np.where(mins == 1, at_min, np.inf)
     return SampleFacts(lengths, workloads, mins.tolist(), device.tolist(), one_rank.tolist())
-
-
-def _checked_counts(values: Sequence[int], name: str, minimum: int) -> np.ndarray:
-    """Per-sample counts as int64; a ValueError naming the first bad sample (not an integer, a bool,
-    or below `minimum`)."""
-    if len(values) == 0:
-        if name == "length":
-            raise ValueError("lengths is empty: a global batch needs at least one sample")
-        return np.zeros(0, dtype=np.int64)
-    arr = np.asarray(values)
-    exact = isinstance(values, np.ndarray) or bool not in set(map(type, values))
-    if arr.ndim == 1 and arr.dtype.kind in "iu" and exact and arr.min() >= minimum:
-        return arr.astype(np.int64, copy=False)
-    rule = "a positive integer" if minimum > 0 else "a non-negative integer"
-    for i, value in enumerate(values):
-        try:
-            number = operator.index(value)
-        except TypeError:
-            raise ValueError(f"sample {i}: {name} must be an integer, got {value!r}") from None
-        if isinstance(value, (bool, np.bool_)) or number < minimum:
-            raise ValueError(f"sample {i}: {name} must be {rule}, got {value!r}")
-    raise ValueError(f"{name} must be a flat list of integers")
