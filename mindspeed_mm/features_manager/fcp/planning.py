@@ -3,7 +3,8 @@
 The data loader knows the token lengths of each global batch before the step runs; it registers a
 plan source built here with `get_fcp_runtime().set_plan_source(...)`, and the FCP forward-backward
 driver then takes one plan per step from it. With --fcp-recalibrate the driver hands the measured
-group times of each step back, and later plans use the corrected cost model.
+group times of each step back, and later plans use the corrected cost model. The plan source itself
+(`StepPlanSource`, re-exported here) lives in the core executor, where `fcp train` uses it too.
 """
 from __future__ import annotations
 
@@ -11,16 +12,15 @@ import argparse
 import logging
 from collections.abc import Callable, Sequence
 
-import dataclasses
-
 from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
-from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
-from mindspeed_mm.core.fcp.executor.log_format import calibration_line
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator
-from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
+from mindspeed_mm.core.fcp.executor.step_plan_source import StepPlanSource
+from mindspeed_mm.core.fcp.solver import SolverConfig
+
+__all__ = ["StepPlanSource", "cost_model_from_args", "plan_source_from_args", "planner_from_args"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,74 +49,6 @@ def planner_from_args(args: argparse.Namespace, num_fcp_ranks: int) -> BatchPlan
     return BatchPlanner(cost=cost, solver_config=solver, static_cp_degree=None)
 
 
-class StepPlanSource:
-    """Plans step after step from the global batches' token lengths, one step ahead with --fcp-async-planning.
-
-    Call it once per training step (the FCP driver does); it returns that step's plan. With a
-    recalibrator, `record_measured` takes the step's measured group times (the driver passes them)
-    and the plans of later steps use the corrected cost model.
-    """
-
-    def __init__(
-        self,
-        planner: BatchPlanner,
-        batch_lengths: Callable[[int], Sequence[int]],
-        num_steps: int,
-        *,
-        async_planning: bool,
-        log_plan: bool = False,
-        recalibrator: StepRecalibrator | None = None,
-    ) -> None:
-        self.planner = planner
-        self.batch_lengths = batch_lengths
-        self.log_plan = log_plan
-        self.recalibrator = recalibrator
-        self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning)
-        self._step = 0
-        self._last_plan: Plan | None = None
-
-    def _plan(self, step: int) -> Plan:
-        planner = self.planner
-        if self.recalibrator is not None:
-            planner = dataclasses.replace(planner, cost=self.recalibrator.cost_for_step(step))
-        return planner.plan(self.batch_lengths(step))
-
-    @property
-    def wants_measurements(self) -> bool:
-        """Whether the driver should time the groups (only to recalibrate)."""
-        return self.recalibrator is not None
-
-    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
-        """Feeds the measured group times of the plan handed out last to the recalibrator."""
-        if self.recalibrator is None:
-            return
-        if self._last_plan is None:
-            raise RuntimeError("record_measured called before any plan was handed out")
-        step = self._step - 1
-        observations = self.recalibrator.record_step(
-            step, self._last_plan, self.batch_lengths(step), None, measured_group_ms
-        )
-        if self.log_plan:
-            logger.info(calibration_line(step + 1, observations, self.recalibrator.calibrator.snapshot()))
-
-    def __call__(self) -> Plan:
-        planned = self._planner.get(self._step)
-        self._step += 1
-        self._last_plan = planned.plan
-        if self.log_plan:
-            plan = planned.plan
-            logger.info(
-                "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms",
-                planned.step + 1, plan.num_rounds, [[g.degree for g in r.groups] for r in plan.rounds],
-                plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms,
-            )
-        return planned.plan
-
-    def close(self) -> None:
-        """Stops background planning."""
-        self._planner.close()
-
-
 def plan_source_from_args(
     args: argparse.Namespace, num_fcp_ranks: int, batch_lengths: Callable[[int], Sequence[int]], num_steps: int
 ) -> StepPlanSource:
@@ -138,4 +70,5 @@ def plan_source_from_args(
         async_planning=args.fcp_async_planning,
         log_plan=args.fcp_log_plan,
         recalibrator=recalibrator,
+        logger=logger,
     )

@@ -1,8 +1,9 @@
 """FCP executor: carries out a plan on megatron-core.
 
 Modules: `config` (run YAML), `dataset` and `sampler` (synthetic data, plan-aware sample loading),
-`planning` and `async_planner` (which planner, one step ahead), `plan_check` (same executable plan on
-all ranks), `packed_seq`, `rotary`, `attention` and `model` (megatron-core integration), `padding`,
+`planning`, `async_planner` and `step_plan_source` (which planner, one step ahead: the per-step plan
+source of `fcp train` and of the features), `plan_check` (same executable plan on all ranks),
+`packed_seq`, `rotary`, `attention` and `model` (megatron-core integration), `padding`,
 `round_batch` and `runner` (one rank's rounds), `grad_sync`, `trainer` (the training loop),
 `reference` (single-process reference), `results`, `log_format`, `memory`, `distributed`,
 `optimizer`; the `vision` package holds the vision-language model (video encoder split over each CP

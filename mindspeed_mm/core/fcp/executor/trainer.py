@@ -10,7 +10,6 @@ take the optimizer step, and log in Megatron's format.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from contextlib import AbstractContextManager
@@ -20,8 +19,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings, Observation
-from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings, CorrectionTable, Observation
 from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import build_dataset
@@ -42,6 +40,7 @@ from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator, measu
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
+from mindspeed_mm.core.fcp.executor.step_plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
@@ -92,10 +91,6 @@ class Trainer:
         self.config = config
         self.context = context
         self.planner = BatchPlanner.from_config(config, context.world_size)
-        self.recalibrator: StepRecalibrator | None = None
-        if config.is_fcp and config.fcp.recalibrate:
-            settings = CalibrationSettings(smoothing=config.fcp.recalibration_smoothing)
-            self.recalibrator = StepRecalibrator(self.planner.cost, settings)
         self.dataset: PlanDataset
         self.model: torch.nn.Module
         if config.vision is not None:
@@ -137,11 +132,21 @@ class Trainer:
             return VLMRoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
         return RoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
 
-    def _plan_step(self, step: int) -> Plan:
-        planner = self.planner
-        if self.recalibrator is not None:
-            planner = dataclasses.replace(planner, cost=self.recalibrator.cost_for_step(step))
-        return planner.plan(self.sampler.batch_lengths(step), self.sampler.batch_patches(step))
+    def _plan_source(self) -> StepPlanSource:
+        """The run's plans, one step ahead with fcp_async_planning, recalibrated with fcp_recalibrate (FCP
+        only). Plan logging stays here (rank 0, with the measured round times), so the source logs nothing."""
+        recalibrator = None
+        if self.config.is_fcp and self.config.fcp.recalibrate:
+            settings = CalibrationSettings(smoothing=self.config.fcp.recalibration_smoothing)
+            recalibrator = StepRecalibrator(self.planner.cost, settings)
+        return StepPlanSource(
+            self.planner,
+            self.sampler.batch_lengths,
+            self.config.training.train_iters,
+            async_planning=self.config.fcp.async_planning,
+            recalibrator=recalibrator,
+            batch_patches=self.sampler.batch_patches,
+        )
 
     def train(self, progress: bool = False) -> TrainResult:
         """Runs all steps; every rank returns the same records."""
@@ -153,18 +158,19 @@ class Trainer:
         )
         bar = tqdm(total=t.train_iters, desc="fcp train", unit="step", disable=not progress or self.context.rank != 0)
         self.model.train()
-        with AsyncPlanner(self._plan_step, t.train_iters, look_ahead=self.config.fcp.async_planning) as planner:
+        with self._plan_source() as plans:
             for step in range(t.train_iters):
-                record = self._train_step(step, planner)
+                record = self._train_step(step, plans)
                 result.steps.append(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record.loss:.4f}")
         bar.close()
         return result
 
-    def _train_step(self, step: int, planner: AsyncPlanner) -> StepRecord:
+    def _train_step(self, step: int, plans: StepPlanSource) -> StepRecord:
         step_started = time.perf_counter()
-        planned = planner.get(step)
+        planned = plans.next_step()
+        assert planned.step == step, (planned.step, step)
         plan = planned.plan
 
         checked = time.perf_counter()
@@ -205,17 +211,14 @@ class Trainer:
             "optimizer_ms": optimizer_ms,
             "step_ms": step_ms,
         }
-        record = self._summarise(step, plan, output, timings)
-        observations = None
-        if self.recalibrator is not None:
-            observations = self.recalibrator.record_step(
-                step, plan, self.sampler.batch_lengths(step), self.sampler.batch_patches(step),
-                record.measured_group_ms,
-            )
-        self._log(record, plan, observations)
+        # The step's factors are read before its times are recorded (which drops the older tables).
+        record = self._summarise(step, plan, output, timings, plans.corrections_for_step(step))
+        observations = plans.record_measured(record.measured_group_ms)
+        self._log(record, plan, observations, plans)
         return record
 
-    def _summarise(self, step: int, plan: Plan, output: StepOutput, timings: dict[str, float]) -> StepRecord:
+    def _summarise(self, step: int, plan: Plan, output: StepOutput, timings: dict[str, float],
+                   corrections: CorrectionTable | None) -> StepRecord:
         """Reduces this rank's loss, accounting and timings over all ranks (bookkeeping, outside the timings)."""
         acc = output.accounting
         size = acc.tokens.numel()
@@ -255,7 +258,6 @@ class Trainer:
         _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups,
                           patches, encoded_patches)
         mean_timings = summed[times_stop:] / world
-        corrections = self.recalibrator.corrections_for_step(step) if self.recalibrator is not None else None
         return StepRecord(
             iteration=step + 1,
             loss=float(summed[0]) / self.sampler.batch_loss_tokens(step),
@@ -276,13 +278,14 @@ class Trainer:
             vision_patches_per_rank=per_rank_patches.tolist() if patches is not None else [],
         )
 
-    def _log(self, record: StepRecord, plan: Plan, observations: list[Observation] | None) -> None:
+    def _log(self, record: StepRecord, plan: Plan, observations: list[Observation] | None,
+             plans: StepPlanSource) -> None:
         t = self.config.training
         iteration = record.iteration
         if self.context.rank == 0 and self.config.fcp.log_plan:
             logger.info(plan_summary_line(iteration, plan, record.measured_round_ms))
-            if observations is not None and self.recalibrator is not None:
-                logger.info(calibration_line(iteration, observations, self.recalibrator.calibrator.snapshot()))
+            if observations is not None:
+                logger.info(calibration_line(iteration, observations, plans.learned_factors()))
         if self.context.rank == 0 and (iteration % t.log_interval == 0 or iteration == t.train_iters):
             logger.info(
                 iteration_line(
