@@ -13,9 +13,10 @@ from mindspeed_mm.features_manager.fcp.mm.data import (
     check_collated_lengths,
     dataset_token_lengths,
     prepare_sampler_dataloader_wrapper,
+    register_training_plans,
 )
 from mindspeed_mm.features_manager.fcp.mm.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
-from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout
+from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout, FCPRuntime
 
 
 def upstream_random_batch_order(num_samples: int, consumed: int) -> list[int]:
@@ -149,3 +150,11 @@ def test_fcp_refuses_another_sampler_naming_the_yaml_key() -> None:
 def test_a_dataset_without_token_lengths_is_refused_naming_what_is_needed() -> None:
     with pytest.raises(FCPDataError, match=r"column 'input_ids'.*preprocess_on_fly"):
         dataset_token_lengths([{"text": "a"}])
+
+
+def test_only_the_training_loader_supplies_plans() -> None:
+    order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
+    runtime = FCPRuntime()
+    register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))
+    with pytest.raises(FCPDataError, match="a second FCPBatchSampler data loader .*val_dataset or val_rate"):
+        register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))

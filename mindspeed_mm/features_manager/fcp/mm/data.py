@@ -146,6 +146,15 @@ class _IndexDataset(torch.utils.data.Dataset):
         return self.size
 
 
+def register_training_plans(runtime: FCPRuntime, plans: StepPlans) -> None:
+    """Makes `plans` the runtime's plan source; only one FCP data loader (the training one) per run."""
+    if runtime.plan_source is not None:
+        raise FCPDataError(
+            f"a second {FCP_SAMPLER} data loader (a validation set: data.dataset_param.basic_parameters.val_dataset "
+            "or val_rate) is not supported under fcp_cp_algo yet: FCP plans the training steps only")
+    runtime.set_plan_source(RuntimePlanSource(plans))
+
+
 def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRuntime | None = None) -> DataLoader:
     """The FCP data loader of `prepare_sampler_dataloader`'s bound parameters `params`; registers the plans."""
     from megatron.training import get_args
@@ -173,7 +182,7 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     plans = StepPlans(order, lengths,
                       lambda batch_lengths: plan_source_from_args(args, layout.num_fcp_ranks, batch_lengths, num_steps),
                       first_step=first_step)
-    runtime.set_plan_source(RuntimePlanSource(plans))
+    register_training_plans(runtime, plans)
     logger.info("FCP: %s plans %d samples (%d-%d tokens) in global batches of %d from step %d",
                 FCP_SAMPLER, len(lengths), min(lengths), max(lengths), global_batch, first_step + 1)
     num_workers = int(params.get("num_workers") or 0)
