@@ -1,6 +1,7 @@
 """FCP executor: carries out a plan on megatron-core.
 
-Modules: `config` (run YAML), `dataset` and `sampler` (synthetic data, plan-aware sample loading),
+Modules: `config` (run YAML; its typed sections in `config_sections`, value checks in
+`config_consistency`), `dataset` and `sampler` (synthetic data, plan-aware sample loading),
 `planning`, `async_planner` and `step_plan_source` (which planner, one step ahead: the per-step plan
 source of `fcp train` and of the features), `plan_check` (same executable plan on all ranks),
 `packed_seq`, `rotary`, `attention` and `model` (megatron-core integration), `padding`,

@@ -1,0 +1,146 @@
+"""Schema of a profile table: its enumerations, its error and the typed sections it is made of.
+
+The meaning of every figure is described in the docstring of `mindspeed_mm.core.fcp.cost.table`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mindspeed_mm.core.fcp.cost.grid import Grid
+
+SCHEMA_VERSION = 1
+DEVICES = ("npu", "cuda", "cpu")
+DTYPES = ("bf16", "fp16", "fp32")
+RECOMPUTE_MODES = ("none", "full")
+MASK_TYPES = ("causal", "full")
+LINK_TYPES = ("intra", "inter")
+
+
+class ProfileTableError(ValueError):
+    """A profile table is missing a field or holds a wrong value; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    """The device and its links, as one rank sees them."""
+
+    name: str
+    """Short hardware name, e.g. `a3`."""
+    device: str
+    """Device kind: one of DEVICES."""
+    ranks_per_node: int
+    """Ranks sharing the fast intra-node fabric; a group larger than this spans nodes."""
+    memory_bytes: int
+    """Device memory of one rank in bytes."""
+    usable_memory_fraction: float
+    """Fraction of `memory_bytes` the training job can really use (runtime, allocator slack)."""
+    peak_tflops: float
+    """Dense peak of one rank in the table's dtype, TFLOP/s (informational for profiled tables)."""
+    intra_node_bytes_per_s: float
+    """Nominal one-direction point-to-point bandwidth inside a node, bytes/s (informational)."""
+    inter_node_bytes_per_s: float
+    """Nominal one-direction bandwidth per rank between nodes, bytes/s (informational)."""
+
+
+@dataclass(frozen=True)
+class VisionShape:
+    """Shape of the vision encoder."""
+
+    depth: int
+    """Number of vision transformer blocks."""
+    hidden: int
+    """Vision hidden size."""
+    heads: int
+    """Vision attention heads."""
+    mlp: int
+    """Vision MLP intermediate size."""
+    patch_size: int
+    """Patch side in pixels."""
+    spatial_merge: int
+    """Patches merged per side into one LLM token (merge**2 patches per token)."""
+    temporal_patch: int
+    """Frames folded into one patch along time (1 for images-as-tiles)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Shape of the language model (and optional vision encoder)."""
+
+    name: str
+    """Short model name, e.g. `qwen3vl-8b`."""
+    layers: int
+    """Transformer layers of the LLM (all pipeline stages together)."""
+    hidden: int
+    """LLM hidden size."""
+    heads: int
+    """Query heads (before TP)."""
+    kv_heads: int
+    """Key/value heads (before TP)."""
+    head_dim: int
+    """Size of one attention head."""
+    ffn: int
+    """MLP intermediate size."""
+    vocab: int
+    """Vocabulary size."""
+    attention_mask: str
+    """Mask of the LLM attention: one of MASK_TYPES."""
+    vision: VisionShape | None
+    """Vision encoder shape, or None for a text-only model."""
+
+
+@dataclass(frozen=True)
+class TimeFigures:
+    """Time grids and per-unit costs (milliseconds) of one rank; see the `cost.table` docstring."""
+
+    attention_causal_ms: Grid
+    """Causal attention core of one layer, forward + backward, vs document tokens."""
+    attention_full_ms: Grid
+    """Full-mask attention core of one layer, forward + backward, vs document tokens."""
+    attention_backward_ratio: float
+    """Backward time / forward time of the attention core."""
+    linear_ms_per_token: float
+    """Non-attention work of one layer, forward + backward, per token."""
+    linear_backward_ratio: float
+    """Backward time / forward time of the non-attention work."""
+    output_ms_per_token: float
+    """Embedding + LM head + loss, forward + backward, per token."""
+    vision_ms_per_patch: float
+    """Vision encoder + merger, forward + backward, per patch (0 without a vision encoder)."""
+    launch_ms: float
+    """Fixed cost of one group's forward + backward round."""
+    p2p_intra_ms: Grid
+    """One point-to-point message inside a node vs bytes."""
+    p2p_inter_ms: Grid
+    """One point-to-point message between nodes vs bytes."""
+    all_to_all_intra_ms: Grid
+    """All-to-all inside a node vs bytes sent by each rank."""
+    all_to_all_inter_ms: Grid
+    """All-to-all across nodes vs bytes each rank sends to other nodes."""
+    attention_off_diagonal_ms: Grid | None = None
+    """Off-diagonal block of a causal ring step vs the document's tokens on the rank (None: the causal grid)."""
+    comm_overlap: float = 1.0
+    """Share of a ring step's transfer hidden behind its block compute, in [0, 1]."""
+    p2p_by_group_size_ms: dict[int, Grid] | None = None
+    """Intra-node point-to-point curves per group size (None: `p2p_intra_ms` for every size)."""
+    all_to_all_by_group_size_ms: dict[int, Grid] | None = None
+    """Intra-node all-to-all curves per group size (None: `all_to_all_intra_ms` for every size)."""
+    attention_ulysses_ms: dict[int, Grid] | None = None
+    """Per Ulysses degree: one rank's attention (model mask, heads / d heads) vs document tokens."""
+
+    def attention_ms(self, mask: str) -> Grid:
+        """The attention grid of a mask type."""
+        return self.attention_causal_ms if mask == "causal" else self.attention_full_ms
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """Memory figures of one rank, bytes."""
+
+    static_bytes: float
+    """Parameters, gradients and optimizer state held by the rank."""
+    workspace_bytes: float
+    """Fixed working memory: communication buffers, gathered parameters, runtime."""
+    activation_bytes_per_token: float
+    """LLM activations kept for backward, per LLM token held by the rank."""
+    vision_activation_bytes_per_token: float
+    """Vision-encoder activations per LLM token, counted as if every token were a vision token."""
