@@ -1,17 +1,18 @@
-"""The FCP options: one definition from which the ``--fcp-*`` flags and the YAML keys derive.
+"""The FCP options: one definition from which the ``--fcp-*`` flags, the YAML keys and the CLI flags derive.
 
 A YAML key ``fcp_max_degree: 16`` under ``gpt_args:`` becomes ``--fcp-max-degree 16`` (MindSpeed-MM's
 YAML reader turns every key into a flag); the flag's destination is the key again. MindSpeed parses
 the command line once before Megatron does and keeps the flags it does not know as strings;
 :func:`coerce_option` turns such a string into the option's value with the same checks argparse
-applies, so every path gives the same values and the same errors.
+applies, so every path gives the same values and the same errors. The planning CLI (`fcp plan`,
+`fcp simulate`) registers the options that have a ``cli_flag`` with :func:`add_cli_argument`.
 """
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 FCP_CP_ALGO = "fcp_cp_algo"
 """The value of ``--context-parallel-algo`` that turns FCP on."""
@@ -93,22 +94,34 @@ class FCPOption:
     """Allowed values, for options with a closed set."""
     is_flag: bool = False
     """A boolean that may be given alone (``--fcp-log-plan``) or with a value."""
+    cli_flag: str | None = None
+    """The option's flag in the planning CLI (``--max-degree``); None: not an option there."""
 
     @property
     def flag(self) -> str:
         """The command-line flag (``--fcp-max-degree``)."""
         return "--" + self.dest.replace("_", "-")
 
+    @property
+    def cli_dest(self) -> str:
+        """The planning CLI's destination (``max_degree``); the option must have a ``cli_flag``."""
+        if self.cli_flag is None:
+            raise ValueError(f"{self.dest} is not an option of the planning CLI")
+        return self.cli_flag.removeprefix("--").replace("-", "_")
+
 
 FCP_OPTIONS: tuple[FCPOption, ...] = (
     FCPOption("fcp_profile_table", text, None,
-              "Profile table (JSON) measured by `fcp profile`; used instead of --fcp-preset."),
+              "Profile table (JSON) measured by `fcp profile`; used instead of a preset.", cli_flag="--profile"),
     FCPOption("fcp_preset", text, None,
               "Analytic cost preset `<hardware>-<model>`, e.g. a3-qwen3vl-8b (the list is in the FCP docs), "
-              "used when no profile table is given."),
-    FCPOption("fcp_max_degree", positive_int, None, "Largest CP degree of one group (default: all DP x CP ranks)."),
+              "used when no profile table is given.", cli_flag="--preset"),
+    FCPOption("fcp_max_degree", positive_int, None,
+              "Largest CP degree of one group (default: all FCP ranks, i.e. the DP x CP plane).",
+              cli_flag="--max-degree"),
     FCPOption("fcp_max_tokens_per_rank", positive_int, None,
-              "Tokens one rank may hold; overrides the memory limit of the cost table."),
+              "LLM tokens one rank may hold (default: the memory limit of the cost model); it can only lower that "
+              "limit: a larger value is capped at it, with a warning.", cli_flag="--max-tokens-per-rank"),
     FCPOption("fcp_attention_algo", str, "auto", "Attention of a group: auto picks ring or ulysses per group by cost.",
               choices=ATTENTION_ALGOS),
     FCPOption("fcp_async_planning", str_to_bool, True, "Plan step t+1 in a background thread while step t runs.",
@@ -117,8 +130,8 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
               "lazy: create a CP group before the first step whose plan uses it; prewarm: create every group of "
               "2..max-degree contiguous ranks at start-up.", choices=GROUP_POOL_POLICIES),
     FCPOption("fcp_ranks_per_node", positive_int, None,
-              "Ranks sharing a node's fast link (default: the cost table's hardware); groups that fit in a node "
-              "are kept inside one."),
+              "Ranks sharing a node's fast link (default: that of the profile table's or preset's hardware); "
+              "groups that fit in a node are kept inside one.", cli_flag="--ranks-per-node"),
     FCPOption("fcp_log_plan", str_to_bool, False,
               "Log every step's plan (groups, degrees, predicted vs measured time).", is_flag=True),
     FCPOption("fcp_recalibrate", str_to_bool, True,
@@ -140,16 +153,55 @@ class FCPOptionError(ValueError):
     """An FCP option, or its combination with another option, is invalid; the message names the flag."""
 
 
+class ArgumentContainer(Protocol):
+    """An argparse parser, argument group or mutually exclusive group."""
+
+    def add_argument(self, *name_or_flags: str, **kwargs: Any) -> argparse.Action:
+        """Registers one argument."""
+
+
+def _argument_kwargs(option: FCPOption) -> dict[str, Any]:
+    """The ``add_argument`` keywords every flag of `option` shares: type, default, help, choices, nargs."""
+    kwargs: dict[str, Any] = {"type": option.parse, "default": option.default, "help": option.help}
+    if option.choices is not None:
+        kwargs["choices"] = option.choices
+    if option.is_flag:
+        kwargs.update(nargs="?", const=True)
+    return kwargs
+
+
 def add_fcp_arguments(parser: argparse.ArgumentParser) -> None:
     """Registers the ``--fcp-*`` flags in one argument group."""
     group = parser.add_argument_group(title="fcp")
     for option in FCP_OPTIONS:
-        kwargs: dict[str, Any] = {"type": option.parse, "default": option.default, "help": option.help}
-        if option.choices is not None:
-            kwargs["choices"] = option.choices
-        if option.is_flag:
-            kwargs.update(nargs="?", const=True)
-        group.add_argument(option.flag, dest=option.dest, **kwargs)
+        group.add_argument(option.flag, dest=option.dest, **_argument_kwargs(option))
+
+
+def _converted(parse: Callable[[Any], Any], convert: Callable[[Any], Any]) -> Callable[[str], Any]:
+    """argparse type: `parse`, then `convert` of its value; an ArgumentTypeError of `parse` passes unchanged."""
+
+    def parse_and_convert(value: str) -> Any:
+        return convert(parse(value))
+
+    parse_and_convert.__name__ = getattr(parse, "__name__", "value")
+    return parse_and_convert
+
+
+def add_cli_argument(parser: ArgumentContainer, dest: str, *, convert: Callable[[Any], Any] | None = None,
+                     metavar: str | None = None, help_note: str | None = None) -> argparse.Action:
+    """Registers FCP option `dest` on `parser` under its planning-CLI flag, with the option's parse, help and
+    choices; `convert` turns the parsed value into the type the CLI keeps (``pathlib.Path``), and `help_note`
+    is appended to the shared help (what holds on this parser only, e.g. its own fallback)."""
+    option = OPTIONS_BY_DEST[dest]
+    kwargs = _argument_kwargs(option)
+    if convert is not None:
+        kwargs["type"] = _converted(option.parse, convert)
+    if metavar is not None:
+        kwargs["metavar"] = metavar
+    if help_note is not None:
+        kwargs["help"] = f"{option.help} {help_note}"
+    cli_dest = option.cli_dest  # refuses an option without a cli_flag
+    return parser.add_argument(str(option.cli_flag), dest=cli_dest, **kwargs)
 
 
 def coerce_option(dest: str, value: Any) -> Any:
@@ -179,7 +231,6 @@ def int_argument(args: argparse.Namespace, dest: str, default: int) -> int:
 
 __all__ = [
     "ATTENTION_ALGOS", "FCPOption", "FCPOptionError", "FCP_CP_ALGO", "FCP_OPTIONS", "GROUP_POOL_POLICIES",
-    "OPTIONS_BY_DEST", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int", "positive_seconds",
-    "smoothing_weight",
-    "str_to_bool",
+    "OPTIONS_BY_DEST", "add_cli_argument", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int",
+    "positive_seconds", "smoothing_weight", "str_to_bool",
 ]

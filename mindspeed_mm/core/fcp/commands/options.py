@@ -7,7 +7,7 @@ from pathlib import Path
 from mindspeed_mm.core.fcp.cost import CostModel, ModelDoesNotFitError
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.solver import SolverConfig
-from mindspeed_mm_fcp.options import positive_int
+from mindspeed_mm_fcp.options import add_cli_argument, positive_int
 
 DEFAULT_PRESET = "a3-qwen3vl-8b"
 """Cost preset used when neither --preset nor --profile is given."""
@@ -37,26 +37,16 @@ def name_list(text: str) -> tuple[str, ...]:
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     """--preset / --profile and --max-tokens-per-rank."""
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"cost-model preset name (default {DEFAULT_PRESET})")
-    source.add_argument("--profile", type=Path, metavar="FILE", help="profile table JSON measured by `fcp profile`")
-    parser.add_argument(
-        "--max-tokens-per-rank",
-        type=positive_int,
-        metavar="TOKENS",
-        help="lower the LLM tokens one rank may hold (default and upper limit: the memory limit of the cost "
-        "model; a larger value is capped at it, with a warning)",
-    )
+    add_cli_argument(source, "fcp_preset", help_note=f"Default: {DEFAULT_PRESET}.")
+    add_cli_argument(source, "fcp_profile_table", convert=Path, metavar="FILE")
+    add_cli_argument(parser, "fcp_max_tokens_per_rank", metavar="TOKENS")
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """--ranks, --ranks-per-node and --max-degree."""
     parser.add_argument("--ranks", type=positive_int, default=DEFAULT_RANKS, help="FCP ranks (DP x CP plane)")
-    parser.add_argument(
-        "--ranks-per-node",
-        type=positive_int,
-        help="ranks sharing a node's fast link (default: the cost model's hardware)",
-    )
-    parser.add_argument("--max-degree", type=positive_int, help="largest CP group (default: --ranks)")
+    add_cli_argument(parser, "fcp_ranks_per_node")
+    add_cli_argument(parser, "fcp_max_degree")
     parser.add_argument(
         "--allow-idle-ranks",
         action="store_true",
