@@ -9,10 +9,13 @@ module level). A failing rank's traceback, a rank that dies without one, or a ru
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindspeed_mm.core.fcp.profiler.world import WorldError as DistributedRunError
 from mindspeed_mm.core.fcp.profiler.world import run_world
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.executor.runtime import FCPRuntime
 
 __all__ = ["DistributedRunError", "run_distributed"]
 
@@ -20,3 +23,12 @@ __all__ = ["DistributedRunError", "run_distributed"]
 def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; return the values in rank order."""
     return run_world(fn, world_size, *args, timeout_s=timeout_s)
+
+
+def whole_world_runtime(rank: int, world_size: int) -> "FCPRuntime":
+    """An FCP runtime of `fcp train`'s layout: one plane of all `world_size` ranks (call on every rank)."""
+    from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, FCPRuntime
+
+    runtime = FCPRuntime()
+    runtime.set_layout(FCPRankLayout(planes=(tuple(range(world_size)),), rank=rank))
+    return runtime

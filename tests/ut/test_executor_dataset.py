@@ -7,6 +7,7 @@ import torch
 
 from mindspeed_mm.core.fcp.executor.config import DataConfig
 from mindspeed_mm.core.fcp.executor.dataset import LENGTH_BLOCK, SyntheticDataset, block_seed
+from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, rounds_of_rank
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
@@ -75,10 +76,11 @@ def test_sampler_maps_plan_positions_to_the_step_batch() -> None:
     np.testing.assert_array_equal(sampler.batch_lengths(2), dataset.lengths[8:12])
     assert sampler.batch_loss_tokens(2) == int(dataset.loss_tokens[8:12].sum())
     plan = _plan([[((0, 1), (0, 2)), ((2,), (3,))], [((0,), (1,)), ((1, 2), ())]], num_ranks=3)
-    rounds = sampler.rank_rounds(plan, step=2, rank=1)
-    assert [r.sample_indices for r in rounds] == [(8, 10), ()]
+    rounds = rounds_of_rank(plan, FCPRankLayout(planes=((0, 1, 2),), rank=1))
+    indices = [sampler.round_sample_indices(2, r) for r in rounds]
+    assert indices == [(8, 10), ()]
     assert [r.rank_in_group for r in rounds] == [1, 0]
-    assert [s.index for s in sampler.load(rounds[0])] == [8, 10]
+    assert [s.index for s in sampler.load(indices[0])] == [8, 10]
 
 
 def test_sampler_rejects_bad_plans_and_sizes() -> None:
@@ -87,8 +89,9 @@ def test_sampler_rejects_bad_plans_and_sizes() -> None:
         PlanAwareSampler(dataset, global_batch_size=4, num_steps=7)
     sampler = PlanAwareSampler(dataset, global_batch_size=4, num_steps=6)
     outside = _plan([[((0, 1), (0, 4))]], num_ranks=2)
+    first_round = rounds_of_rank(outside, FCPRankLayout(planes=((0, 1),), rank=0))[0]
     with pytest.raises(InvalidPlanError, match="step 1, round 0: sample 4 is outside the global batch of 4"):
-        sampler.rank_rounds(outside, step=0, rank=0)
+        sampler.round_sample_indices(0, first_round)
     missing = _plan([[((0,), (0,)), ((1,), (1,))], [((0,), (2, 3))]], num_ranks=2)
     with pytest.raises(InvalidPlanError, match="round 1 has no group holding rank 1"):
-        sampler.rank_rounds(missing, step=0, rank=1)
+        rounds_of_rank(missing, FCPRankLayout(planes=((0, 1),), rank=1))

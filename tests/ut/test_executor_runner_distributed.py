@@ -8,12 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from distributed_utils import run_distributed
+from distributed_utils import run_distributed, whole_world_runtime
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.executor.config import parse_run_config
 from mindspeed_mm.core.fcp.executor.dataset import Sample, build_dataset
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.executor.trainer import multi_rank_groups
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.executor.model import build_gpt_model
 from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
@@ -94,9 +93,8 @@ def _worker(rank: int, world_size: int) -> dict:
     sampler = PlanAwareSampler(dataset, global_batch_size=6, num_steps=1)
     model = build_gpt_model(config.model, config.training.seed)
     plan = _plan()
-    groups = CommGroupPool()
-    groups.prewarm(multi_rank_groups(plan))
-    output = RoundRunner(model, sampler, groups, rank, torch.device("cpu")).run_step(plan, step=0)
+    runner = RoundRunner(model, sampler, whole_world_runtime(rank, world_size), torch.device("cpu"))
+    output = runner.run_step(plan, step=0)
     params = list(model.parameters())
     allreduce_gradients(params)
     loss_sum = output.loss_sum.clone()
@@ -116,7 +114,7 @@ def _worker(rank: int, world_size: int) -> dict:
         result["mismatch"] = None
     except PlanMismatchError as err:
         result["mismatch"] = str(err)
-    result["tiny"] = _tiny_group_step(model, groups, rank)
+    result["tiny"] = _tiny_group_step(model, CommGroupPool(), rank)
     if rank == 0:
         reference = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
         total = 0.0

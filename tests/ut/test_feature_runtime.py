@@ -9,7 +9,7 @@ import torch
 from distributed_utils import run_distributed
 from mindspeed_mm.core.fcp.parallel import contiguous_rank_ranges, zigzag_positions, zigzag_unshard
 from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
-from mindspeed_mm.features_manager.fcp.adapters.batch import shard_batch_for_round
+from mindspeed_mm.core.fcp.executor.packed_shard import shard_packed_batch
 from mindspeed_mm.features_manager.fcp.adapters.schedule import fcp_forward_backward
 from mindspeed_mm.features_manager.fcp.runtime import (
     FCPRankLayout,
@@ -129,8 +129,7 @@ def test_shards_of_all_group_ranks_rebuild_the_batch(degree: int) -> None:
     cu = batch["cu_seqlens"]
     shards = []
     for rank in range(degree):
-        fcp_round = FCPRound(0, tuple(range(10, 10 + degree)), rank, "ulysses", (0, 1, 2, 3))
-        shard = shard_batch_for_round(batch, fcp_round, group=None)
+        shard = shard_packed_batch(batch, rank_in_group=rank, degree=degree, group=None, algo="ulysses")
         params = shard["packed_seq_params"]
         assert (params.degree, params.algo, params.group) == (degree, "ulysses", None)
         torch.testing.assert_close(params.cu_seqlens, cu)
@@ -148,8 +147,7 @@ def test_shards_of_all_group_ranks_rebuild_the_batch(degree: int) -> None:
 def test_given_position_ids_are_sharded_and_used() -> None:
     batch = _packed_batch([6, 6])
     batch["position_ids"] = (torch.arange(12) * 7).unsqueeze(0)
-    fcp_round = FCPRound(0, (0, 1), 1, "ring", (0, 1))
-    shard = shard_batch_for_round(batch, fcp_round, group=None)
+    shard = shard_packed_batch(batch, rank_in_group=1, degree=2, group=None, algo="ring")
     torch.testing.assert_close(shard["packed_seq_params"].position_ids, shard["position_ids"].reshape(-1))
     torch.testing.assert_close(shard["tokens"] * 7, shard["position_ids"])
 
@@ -169,7 +167,32 @@ def test_bad_batches_are_named(change: dict[str, Any], message: str) -> None:
         else:
             batch[key] = value
     with pytest.raises(ValueError, match=message):
-        shard_batch_for_round(batch, FCPRound(0, (0, 1), 0, "ring", (0, 1)), group=None)
+        shard_packed_batch(batch, rank_in_group=0, degree=2, group=None, algo="ring")
+
+
+def test_a_batch_too_short_for_its_group_gets_a_loss_free_padding_document() -> None:
+    # 3 tokens on 4 ranks would leave ranks without tokens: a 2 * 4-token document follows, with zero
+    # loss weight, counting its own positions from 0; the real tokens shard as without it.
+    batch = _packed_batch([3])
+    batch["position_ids"] = torch.tensor([[5, 6, 7]])
+    shards = [shard_packed_batch(batch, rank_in_group=r, degree=4, group=None, algo="ring") for r in range(4)]
+    padded_cu = torch.tensor([0, 3, 11])
+    torch.testing.assert_close(shards[0]["packed_seq_params"].cu_seqlens, padded_cu)
+    assert all(s["tokens"].shape[1] > 0 for s in shards)
+    loss_mask = zigzag_unshard([s["loss_mask"][0] for s in shards], padded_cu, 4)
+    torch.testing.assert_close(loss_mask[:3], batch["loss_mask"][0])
+    assert float(loss_mask[3:].abs().sum()) == 0.0
+    positions = zigzag_unshard([s["position_ids"][0] for s in shards], padded_cu, 4)
+    assert positions.tolist() == [5, 6, 7, *range(8)]
+    tokens = zigzag_unshard([s["tokens"][0] for s in shards], padded_cu, 4)
+    torch.testing.assert_close(tokens[:3], batch["tokens"][0])
+
+
+def test_padding_without_loss_weights_is_refused_naming_the_key() -> None:
+    batch = _packed_batch([3])
+    del batch["loss_mask"]
+    with pytest.raises(ValueError, match=r"3 tokens leave a rank of a group of degree 4 without tokens.*'loss_mask'"):
+        shard_packed_batch(batch, rank_in_group=0, degree=4, group=None, algo="ring")
 
 
 def test_driver_runs_one_micro_batch_per_round_and_recovers_from_errors() -> None:
@@ -288,7 +311,7 @@ def test_a_failed_exchange_of_the_round_times_names_the_step_and_the_ranks(monke
     import torch.distributed as dist
 
     from mindspeed_mm.core.fcp.executor.comm_errors import CommunicationError
-    from mindspeed_mm.features_manager.fcp import runtime as runtime_module
+    from mindspeed_mm.core.fcp.executor import runtime as runtime_module
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

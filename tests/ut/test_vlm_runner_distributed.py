@@ -10,18 +10,16 @@ from collections import Counter
 import pytest
 import torch
 
-from distributed_utils import run_distributed
+from distributed_utils import run_distributed, whole_world_runtime
 from mindspeed_mm.core.fcp.executor.config import parse_run_config
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
 from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.executor.trainer import multi_rank_groups
 from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
 from mindspeed_mm.core.fcp.executor.vision.frames import split_group_vision
 from mindspeed_mm.core.fcp.executor.vision.model import build_vlm_model
 from mindspeed_mm.core.fcp.executor.vision.reference import sample_token_losses
 from mindspeed_mm.core.fcp.executor.vision.runner import VLMRoundRunner
-from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
 
 WORLD_SIZE = 4
@@ -94,9 +92,8 @@ def _worker(rank: int, world_size: int) -> dict:
     encoded_patches = []
     model.vision.patch_embed.register_forward_hook(lambda _m, args, _out: encoded_patches.append(args[0].shape[0]))
     plan = _plan()
-    groups = CommGroupPool()
-    groups.prewarm(multi_rank_groups(plan))
-    output = VLMRoundRunner(model, sampler, groups, rank, torch.device("cpu")).run_step(plan, step=0)
+    runner = VLMRoundRunner(model, sampler, whole_world_runtime(rank, world_size), torch.device("cpu"))
+    output = runner.run_step(plan, step=0)
     allreduce_gradients(list(model.parameters()))
     loss_sum = output.loss_sum.clone()
     torch.distributed.all_reduce(loss_sum)

@@ -9,8 +9,13 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.dataset import Sample
 from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths, packed_lengths
-from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_shard
+from mindspeed_mm.core.fcp.executor.packed_shard import (
+    CU_SEQLENS_KEY,
+    LOSS_MASK_KEY,
+    PACKED_SEQ_PARAMS_KEY,
+    shard_packed_batch,
+)
+from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths
 
 PADDING_SAMPLE_ID = -1
 """`ShardBatch.sample_ids` value of padding tokens."""
@@ -60,42 +65,28 @@ def build_shard_batch(
     group: dist.ProcessGroup | None,
     algo: str,
 ) -> ShardBatch:
-    """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard.
-
-    A group holding fewer tokens than ranks would leave some rank an empty shard, which
-    megatron-core's attention cannot reshape; the batch then gets one extra padding document of
-    `2 * degree` tokens (two per rank, no loss, attending only to itself), decided identically on
-    every rank of the group, so the real tokens' outputs and gradients are unchanged.
-    """
+    """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard,
+    with the shard function of every driver (`shard_packed_batch`, including its loss-free padding
+    document when the samples alone would leave a rank without tokens)."""
     if not samples:
         raise ValueError("a group must hold at least one sample")
-    if not 0 <= rank_in_group < degree:
-        raise ValueError(f"rank_in_group {rank_in_group} is outside a group of degree {degree}")
-    samples = list(samples)
-    lengths = packed_lengths([s.length for s in samples], degree)
-    if len(lengths) > len(samples):
-        samples.append(_padding_document(lengths[-1]))
-    cu_seqlens = cumulative_lengths(lengths)
-    sample_ids = torch.repeat_interleave(
-        torch.tensor([s.index for s in samples], dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64)
-    )
-
-    def shard(x: torch.Tensor) -> torch.Tensor:
-        return zigzag_shard(x, cu_seqlens, rank_in_group, degree)
-
-    positions = zigzag_positions(cu_seqlens, rank_in_group, degree)
+    packed = {
+        CU_SEQLENS_KEY: cumulative_lengths([s.length for s in samples]),
+        "tokens": torch.cat([s.tokens for s in samples]).unsqueeze(0),
+        "labels": torch.cat([s.labels for s in samples]).unsqueeze(0),
+        LOSS_MASK_KEY: torch.cat([s.loss_mask for s in samples]).unsqueeze(0),
+        "sample_ids": torch.repeat_interleave(
+            torch.tensor([s.index for s in samples], dtype=torch.int64),
+            torch.tensor([s.length for s in samples], dtype=torch.int64),
+        ).unsqueeze(0),
+    }
+    shard = shard_packed_batch(packed, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo,
+                               fill={"sample_ids": PADDING_SAMPLE_ID})
     return ShardBatch(
-        tokens=shard(torch.cat([s.tokens for s in samples])).unsqueeze(0),
-        labels=shard(torch.cat([s.labels for s in samples])).unsqueeze(0),
-        loss_mask=shard(torch.cat([s.loss_mask for s in samples])),
-        position_ids=positions.unsqueeze(0),
-        sample_ids=shard(sample_ids),
-        packed_seq_params=FCPPackedSeqParams(
-            cu_seqlens=cu_seqlens, position_ids=positions, group=group, degree=degree, algo=algo
-        ),
+        tokens=shard["tokens"],
+        labels=shard["labels"],
+        loss_mask=shard[LOSS_MASK_KEY].reshape(-1),
+        position_ids=shard["position_ids"],
+        sample_ids=shard["sample_ids"].reshape(-1),
+        packed_seq_params=shard[PACKED_SEQ_PARAMS_KEY],
     )
-
-
-def _padding_document(length: int) -> Sample:
-    zeros = torch.zeros(length, dtype=torch.int64)
-    return Sample(index=PADDING_SAMPLE_ID, tokens=zeros, labels=zeros, loss_mask=torch.zeros(length))

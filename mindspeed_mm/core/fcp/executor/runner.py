@@ -1,29 +1,23 @@
-"""Round runner: one step's forward/backward passes on this rank, following the plan."""
+"""Round runner of `fcp train`: one step's forward/backward passes on this rank, through the FCP runtime.
+
+The runtime (`FCPRuntime`, the one Megatron's schedule drives under the MindSpeed feature) gives the
+rounds, their process groups and their measured times; this runner loads each round's samples, shards
+them with the shard function of every driver, runs the model and counts the tokens it trained.
+"""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.executor.comm_errors import communication
 from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
+from mindspeed_mm.core.fcp.executor.runtime import FCPRound, FCPRuntime
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import Plan
-
-
-class GroupProvider(Protocol):
-    """Gives the process group of a set of ranks (e.g. a `CommGroupPool`)."""
-
-    timeout_s: float | None
-    """Longest wait of an exchange on the groups (None: torch's default), for error messages."""
-
-    def get(self, ranks: Sequence[int]) -> dist.ProcessGroup:
-        """The process group of exactly `ranks`."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +37,8 @@ class RoundRecord:
     predicted_ms: float
     """Planner's predicted time of the group."""
     forward_backward_ms: float
-    """Measured wall time of this rank in the round: loading its samples, sharding, forward and backward."""
+    """Measured wall time of this rank in the round (from the runtime's round boundaries): loading its
+    samples, sharding, forward and backward, and waiting for the group."""
     vision_patches: int = 0
     """Vision-encoder patches this rank encoded in the round (0 for a text-only model)."""
 
@@ -86,6 +81,8 @@ class StepOutput:
     """Token accounting of the step on this rank."""
     rounds: list[RoundRecord] = field(default_factory=list)
     """One record per round."""
+    rank_round_ms: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """`[FCP rank, round]` measured time of every rank in every round, the same on every rank."""
 
     @property
     def forward_backward_ms(self) -> float:
@@ -96,13 +93,11 @@ class StepOutput:
 class RoundRunner:
     """Runs every round of a plan on one rank and accumulates the gradients of the global batch."""
 
-    def __init__(
-        self, model: torch.nn.Module, sampler: PlanAwareSampler, groups: GroupProvider, rank: int, device: torch.device
-    ) -> None:
+    def __init__(self, model: torch.nn.Module, sampler: PlanAwareSampler, runtime: FCPRuntime,
+                 device: torch.device) -> None:
         self.model = model
         self.sampler = sampler
-        self.groups = groups
-        self.rank = rank
+        self.runtime = runtime
         self.device = device
 
     def run_step(self, plan: Plan, step: int) -> StepOutput:
@@ -117,52 +112,64 @@ class RoundRunner:
             vision_patches=torch.zeros(size, dtype=torch.float64),
         )
         loss_sum = torch.zeros((), dtype=torch.float64)
-        records = []
-        for rank_round in self.sampler.rank_rounds(plan, step, self.rank):
-            group = rank_round.group
-            started = time.perf_counter()
-            what = f"round {rank_round.round_index + 1} of the plan ({group.algo} attention, forward and backward)"
-            with communication(f"step {step + 1}", what, group.ranks, self.groups.timeout_s):
-                process_group = self.groups.get(group.ranks) if group.degree > 1 else None
-                forward = self.forward_round(rank_round, process_group)
-                round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
-                (round_loss / normaliser).backward()
-                synchronize(self.device)
-            elapsed_ms = (time.perf_counter() - started) * 1e3
+        ran: list[tuple[FCPRound, tuple[int, ...], RoundForward]] = []
+        with communication(f"step {step + 1}", "creation of the plan's groups (world group)",
+                           range(dist.get_world_size()), self.runtime.settings.comm_timeout_s):
+            rounds = self.runtime.begin_step(plan, measure=True)
+        try:
+            for _ in rounds:
+                fcp_round = self.runtime.next_round()
+                sample_indices = self.sampler.round_sample_indices(step, fcp_round)
+                what = f"round {fcp_round.round_index + 1} of the plan ({fcp_round.algo} attention, forward and backward)"
+                with communication(f"step {step + 1}", what, fcp_round.group_ranks, self.runtime.settings.comm_timeout_s):
+                    forward = self.forward_round(fcp_round, sample_indices, self.runtime.process_group(fcp_round))
+                    round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
+                    (round_loss / normaliser).backward()
+                    synchronize(self.device)
+                loss_sum += round_loss.detach().to("cpu", torch.float64)
+                ran.append((fcp_round, sample_indices, forward))
+        except BaseException:
+            self.runtime.abort_step()
+            raise
+        rank_round_ms = self.runtime.end_step()
+        assert rank_round_ms is not None, "a measured step returns its round times"
 
-            loss_sum += round_loss.detach().to("cpu", torch.float64)
+        fcp_rank = self.runtime.require_layout().fcp_rank
+        groups_of_rank = plan.groups_of_rank(fcp_rank)
+        records = []
+        for fcp_round, sample_indices, forward in ran:
             mask = forward.loss_mask.detach().to("cpu", torch.float64)
-            for sample_index in rank_round.sample_indices:
+            for sample_index in sample_indices:
                 on_sample = forward.sample_ids == sample_index
                 position = sample_index - batch.start
                 accounting.tokens[position] += float(on_sample.sum())
                 accounting.loss_tokens[position] += float(mask[on_sample].sum())
                 accounting.vision_patches[position] += float(forward.vision_patches.get(sample_index, 0))
-                if rank_round.rank_in_group == 0:
+                if fcp_round.rank_in_group == 0:
                     accounting.groups[position] += 1.0
             records.append(
                 RoundRecord(
-                    round_index=rank_round.round_index,
-                    ranks=group.ranks,
-                    algo=group.algo if group.degree > 1 else "local",
-                    sample_indices=rank_round.sample_indices,
+                    round_index=fcp_round.round_index,
+                    ranks=fcp_round.group_ranks,
+                    algo=fcp_round.algo if fcp_round.degree > 1 else "local",
+                    sample_indices=sample_indices,
                     shard_tokens=int(forward.sample_ids.numel()),
-                    predicted_ms=group.predicted_ms,
-                    forward_backward_ms=elapsed_ms,
+                    predicted_ms=groups_of_rank[fcp_round.round_index].predicted_ms,
+                    forward_backward_ms=float(rank_round_ms[fcp_rank, fcp_round.round_index]),
                     vision_patches=sum(forward.vision_patches.values()),
                 )
             )
-        return StepOutput(loss_sum=loss_sum, accounting=accounting, rounds=records)
+        return StepOutput(loss_sum=loss_sum, accounting=accounting, rounds=records, rank_round_ms=rank_round_ms)
 
-    def forward_round(self, rank_round: RankRound, process_group: dist.ProcessGroup | None) -> RoundForward:
+    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...],
+                      process_group: dist.ProcessGroup | None) -> RoundForward:
         """Loads the round's samples, builds this rank's shard and runs the model forward."""
-        group = rank_round.group
         shard = build_shard_batch(
-            self.sampler.load(rank_round),
-            rank_in_group=rank_round.rank_in_group,
-            degree=group.degree,
+            self.sampler.load(sample_indices),
+            rank_in_group=fcp_round.rank_in_group,
+            degree=fcp_round.degree,
             group=process_group,
-            algo=group.algo,
+            algo=fcp_round.algo,
         ).to(self.device)
         token_losses = self.model(
             shard.tokens,

@@ -1,13 +1,13 @@
-"""Plan-aware sampler: which samples each rank loads in each round of a step."""
+"""Plan-aware sampler: the global batch of each step, and the samples of a rank's round."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.executor.dataset import Sample
-from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan
+from mindspeed_mm.core.fcp.executor.runtime import FCPRound
+from mindspeed_mm.core.fcp.solver import InvalidPlanError
 
 
 class PlanDataset(Protocol):
@@ -31,20 +31,6 @@ class PlanDataset(Protocol):
     def __len__(self) -> int: ...
 
     def __getitem__(self, index: int) -> Sample: ...
-
-
-@dataclass(frozen=True)
-class RankRound:
-    """What one rank does in one round."""
-
-    round_index: int
-    """Zero-based round of the step."""
-    group: GroupPlan
-    """The rank's group in this round."""
-    rank_in_group: int
-    """This rank's index inside `group.ranks`."""
-    sample_indices: tuple[int, ...]
-    """Dataset indices of the group's samples, in packing order."""
 
 
 class PlanAwareSampler:
@@ -90,27 +76,17 @@ class PlanAwareSampler:
         indices = self.batch_indices(step)
         return int(self.dataset.loss_tokens[indices.start : indices.stop].sum())
 
-    def rank_rounds(self, plan: Plan, step: int, rank: int) -> list[RankRound]:
-        """The group and samples of `rank` in every round of `plan` (the plan of step `step`)."""
+    def round_sample_indices(self, step: int, fcp_round: FCPRound) -> tuple[int, ...]:
+        """Dataset indices of the samples of `fcp_round` (a round of step `step`'s plan), in packing order."""
         indices = self.batch_indices(step)
-        rounds = []
-        for round_index, group in enumerate(plan.groups_of_rank(rank)):
-            for position in group.samples:
-                if not 0 <= position < len(indices):
-                    raise InvalidPlanError(
-                        f"step {step + 1}, round {round_index}: sample {position} is outside the global batch "
-                        f"of {len(indices)}"
-                    )
-            rounds.append(
-                RankRound(
-                    round_index=round_index,
-                    group=group,
-                    rank_in_group=group.ranks.index(rank),
-                    sample_indices=tuple(indices[p] for p in group.samples),
+        for position in fcp_round.batch_positions:
+            if not 0 <= position < len(indices):
+                raise InvalidPlanError(
+                    f"step {step + 1}, round {fcp_round.round_index}: sample {position} is outside the global batch "
+                    f"of {len(indices)}"
                 )
-            )
-        return rounds
+        return tuple(indices[p] for p in fcp_round.batch_positions)
 
-    def load(self, rank_round: RankRound) -> list[Sample]:
-        """The samples of a rank's round, loaded now."""
-        return [self.dataset[i] for i in rank_round.sample_indices]
+    def load(self, sample_indices: tuple[int, ...]) -> list[Sample]:
+        """The samples at `sample_indices`, loaded now."""
+        return [self.dataset[i] for i in sample_indices]

@@ -39,9 +39,9 @@ from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.recalibration import StepRecalibrator, measured_group_times
 from mindspeed_mm.core.fcp.executor.results import StepRecord, TrainResult
 from mindspeed_mm.core.fcp.executor.runner import RoundRunner, StepOutput
+from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, FCPRuntime, FCPRuntimeSettings
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
 from mindspeed_mm.core.fcp.executor.step_plan_source import StepPlanSource
-from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
@@ -106,13 +106,13 @@ class Trainer:
         self.sampler = PlanAwareSampler(self.dataset, config.training.global_batch_size, config.training.train_iters)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
-        limit = self.planner.static_cp_degree or self.planner.solver_config.degree_limit
-        candidates = contiguous_rank_ranges(context.world_size, limit)
-        self.groups = CommGroupPool(max_communicators=max(1, len(candidates)), timeout_s=context.comm_timeout_s)
-        if config.fcp.group_pool == "prewarm":
-            with communication("start-up", "creation of the FCP groups", self._world_ranks,
-                               context.comm_timeout_s):
-                self.groups.prewarm(candidates)
+        self.runtime = FCPRuntime(FCPRuntimeSettings(
+            group_pool=config.fcp.group_pool,
+            max_degree=self.planner.static_cp_degree or self.planner.solver_config.degree_limit,
+            comm_timeout_s=context.comm_timeout_s,
+        ))
+        with communication("start-up", "creation of the FCP groups", self._world_ranks, context.comm_timeout_s):
+            self.runtime.set_layout(FCPRankLayout(planes=(tuple(self._world_ranks),), rank=context.rank))
         self.runner = self._runner()
         self.memory = MemoryTracker(self.model, self.optimizer, context.device)
 
@@ -129,8 +129,8 @@ class Trainer:
         if self.config.vision is not None:
             from mindspeed_mm.core.fcp.executor.vision.runner import VLMRoundRunner
 
-            return VLMRoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
-        return RoundRunner(self.model, self.sampler, self.groups, self.context.rank, self.context.device)
+            return VLMRoundRunner(self.model, self.sampler, self.runtime, self.context.device)
+        return RoundRunner(self.model, self.sampler, self.runtime, self.context.device)
 
     def _plan_source(self) -> StepPlanSource:
         """The run's plans, one step ahead with fcp_async_planning, recalibrated with fcp_recalibrate (FCP
@@ -184,8 +184,6 @@ class Trainer:
             self.planner.cost,
             self.sampler.batch_patches(step),
         )
-        with self._world_exchange(step, "creation of the plan's groups"):
-            self.groups.prewarm(multi_rank_groups(plan))
         plan_check_ms = (time.perf_counter() - checked) * 1e3
 
         output = self.runner.run_step(plan, step)
@@ -234,7 +232,6 @@ class Trainer:
                 acc.groups,
                 acc.vision_patches,
                 rank_patches,
-                _rank_round_times(output, plan.num_rounds, self.context.rank, world).reshape(-1),
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
@@ -251,9 +248,8 @@ class Trainer:
         groups = summed[1 + 2 * size : 1 + 3 * size].numpy().round().astype(np.int64)
         encoded_patches = summed[1 + 3 * size : 1 + 4 * size].numpy().round().astype(np.int64)
         per_rank_patches = summed[1 + 4 * size : 1 + 4 * size + world].numpy().round().astype(np.int64)
-        times_start = 1 + 4 * size + world
-        times_stop = times_start + world * plan.num_rounds
-        rank_round_ms = summed[times_start:times_stop].numpy().reshape(world, plan.num_rounds)
+        times_stop = 1 + 4 * size + world
+        rank_round_ms = output.rank_round_ms
         patches = self.sampler.batch_patches(step)
         _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups,
                           patches, encoded_patches)
@@ -303,17 +299,3 @@ class Trainer:
             )
         if iteration in (1, t.train_iters):
             logger.info(memory_line(self.context.rank, iteration, self.memory.read()))
-
-
-def _rank_round_times(output: StepOutput, num_rounds: int, rank: int, world: int) -> torch.Tensor:
-    """`[world, num_rounds]` float64, zero but for this rank's row: its time in each round (summed over ranks
-    by the caller, so that every rank learns every rank's times)."""
-    times = torch.zeros(world, num_rounds, dtype=torch.float64)
-    for round_record in output.rounds:
-        times[rank, round_record.round_index] = round_record.forward_backward_ms
-    return times
-
-
-def multi_rank_groups(plan: Plan) -> list[tuple[int, ...]]:
-    """The rank tuples of the plan's groups that communicate (degree 1 runs local attention)."""
-    return [group.ranks for round_plan in plan.rounds for group in round_plan.groups if group.degree > 1]

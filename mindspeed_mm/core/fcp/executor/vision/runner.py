@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from mindspeed_mm.core.fcp.executor.runner import GroupProvider, RoundForward, RoundRunner
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, RankRound
+from mindspeed_mm.core.fcp.executor.runner import RoundForward, RoundRunner
+from mindspeed_mm.core.fcp.executor.runtime import FCPRound, FCPRuntime
+from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.executor.vision.dataset import VideoCaptionDataset, VideoSample
 from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch
 from mindspeed_mm.core.fcp.executor.vision.exchange import exchange_vision_tokens
@@ -21,28 +22,27 @@ class VLMRoundRunner(RoundRunner):
         self,
         model: VisionLanguageModel,
         sampler: PlanAwareSampler,
-        groups: GroupProvider,
-        rank: int,
+        runtime: FCPRuntime,
         device: torch.device,
     ) -> None:
         if not isinstance(sampler.dataset, VideoCaptionDataset):
             raise TypeError(f"VLMRoundRunner needs a VideoCaptionDataset, got {type(sampler.dataset).__name__}")
-        super().__init__(model, sampler, groups, rank, device)
+        super().__init__(model, sampler, runtime, device)
         self.vlm = model
         self.videos = sampler.dataset
 
-    def forward_round(self, rank_round: RankRound, process_group: dist.ProcessGroup | None) -> RoundForward:
+    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...],
+                      process_group: dist.ProcessGroup | None) -> RoundForward:
         """Loads the group's text and this rank's frame groups, encodes, exchanges, runs the decoder."""
-        group = rank_round.group
-        samples = [s for s in self.sampler.load(rank_round) if isinstance(s, VideoSample)]
-        if len(samples) != len(rank_round.sample_indices):
+        samples = [s for s in self.sampler.load(sample_indices) if isinstance(s, VideoSample)]
+        if len(samples) != len(sample_indices):
             raise TypeError("VLMRoundRunner loads VideoSample items only")
         batch = build_vlm_shard_batch(
             samples,
-            rank_in_group=rank_round.rank_in_group,
-            degree=group.degree,
+            rank_in_group=fcp_round.rank_in_group,
+            degree=fcp_round.degree,
             group=process_group,
-            algo=group.algo,
+            algo=fcp_round.algo,
         )
         encoded, patches = self._encode(batch)
         vision_tokens = exchange_vision_tokens(encoded, batch.routing, process_group)
