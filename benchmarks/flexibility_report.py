@@ -3,8 +3,9 @@
 For each workload (the three datasets, mixed image + video, bimodal) and each scale (FCP ranks),
 every strategy plans the same batches: `--seeds` seeds x `--batches` global batches of
 `--per-rank` samples per rank, on the Qwen3-VL-8B Atlas A3 preset with the state sharded over the
-run's ranks. Per seed the strategy's total step time over the batches is divided by FCP's; the
-table gives the mean and the min-max over seeds (> 1: FCP faster).
+run's ranks. Per seed the strategy's total step time over the batches is divided by FCP's (by
+`fcp_ddp`'s for `tuned_static_ddp`, the same gradient reduction); the table gives the mean and the
+min-max over seeds (> 1: FCP faster).
 
 Strategies: static ring / Ulysses at the default degree (smallest holding the run's longest sample),
 tuned static (best (degree, algo) for the run) in lockstep rounds (FSDP) and with independent
@@ -12,6 +13,10 @@ replicas (DDP), the project's Megatron-Core dynamic CP approximation (power-of-t
 Megatron-LM's hybrid_cp_schedule), MindSpeed-MM's DP/CP switch. Ablations of FCP: powers of two
 only, ring only, Ulysses only, idle ranks allowed. "One degree" is the tuned static lockstep layout
 (the static packer balances its micro-batches like FCP does).
+
+Every step time includes the step's own costs of the preset (`solver.step_time`): FCP and the lockstep
+strategies run under FSDP (each round lasts at least its parameter all-gathers and gradient
+reduce-scatter), `fcp_ddp` and `tuned_static_ddp` reduce once per step; all add the optimizer step.
 
     python benchmarks/flexibility_report.py                       # full: 5 workloads x 8..1024 ranks
     python benchmarks/flexibility_report.py --scales 8,64 --workloads openvid,bimodal
@@ -36,16 +41,23 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     mindspeed_dp_cp_switch,
     static_cp_degree,
 )
+from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms, replicas_step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
 PRESET = "a3-qwen3vl-8b"
-BASELINES = ("static_ring_default", "static_ulysses_default", "tuned_static_fsdp", "tuned_static_ddp",
+BASELINES = ("fcp_ddp", "static_ring_default", "static_ulysses_default", "tuned_static_fsdp", "tuned_static_ddp",
              "mcore_dynamic_cp_approx", "mindspeed_dp_cp_switch")
 ABLATIONS = ("fcp_pow2_only", "fcp_ring_only", "fcp_ulysses_only", "fcp_idle_ranks")
 
 
-def _fcp(batches, cost, config):
-    return [plan_batch(lengths, cost, config, patches).predicted_ms for lengths, patches in batches]
+def _fcp(batches, cost, config, replicas=False):
+    """FCP's step times: its plans under FSDP, or (`replicas`) reducing once per step."""
+    plans = [plan_batch(lengths, cost, config, patches) for lengths, patches in batches]
+    return [replicas_step_ms(p.predicted_ms, cost) if replicas else fsdp_step_ms(p, cost) for p in plans]
+
+
+def _fsdp(plans, cost):
+    return [fsdp_step_ms(p, cost) for p in plans]
 
 
 def _run_strategy(name, batches, cost, config):
@@ -53,6 +65,8 @@ def _run_strategy(name, batches, cost, config):
     longest = max(int(lengths.max()) for lengths, _ in batches)
     if name == "fcp":
         return _fcp(batches, cost, config), ""
+    if name == "fcp_ddp":
+        return _fcp(batches, cost, config, replicas=True), ""
     if name == "fcp_pow2_only":
         pow2 = tuple(1 << k for k in range(config.num_ranks.bit_length()) if 1 << k <= config.num_ranks)
         return _fcp(batches, cost, replace(config, degrees=pow2)), ""
@@ -65,16 +79,16 @@ def _run_strategy(name, batches, cost, config):
         algo = "ring" if name == "static_ring_default" else "ulysses"
         planner = megatron_static_cp if algo == "ring" else deepspeed_ulysses
         degree = static_cp_degree(longest, cost, config, algo)
-        return [planner(lengths, cost, config, patches, cp_degree=degree).predicted_ms
-                for lengths, patches in batches], f"CP {degree}"
+        return _fsdp([planner(lengths, cost, config, patches, cp_degree=degree) for lengths, patches in batches],
+                     cost), f"CP {degree}"
     if name in ("tuned_static_fsdp", "tuned_static_ddp"):
         tuned = tune_static(batches, cost, config, LOCKSTEP if name == "tuned_static_fsdp" else INDEPENDENT)
         return list(tuned.step_ms), f"{tuned.algo} {tuned.degree}"
     if name == "mcore_dynamic_cp_approx":
-        return [mcore_dynamic_cp(lengths, cost, config, patches).predicted_ms for lengths, patches in batches], ""
+        return _fsdp([mcore_dynamic_cp(lengths, cost, config, patches) for lengths, patches in batches], cost), ""
     if name == "mindspeed_dp_cp_switch":
-        return [mindspeed_dp_cp_switch(lengths, cost, config, patches).predicted_ms
-                for lengths, patches in batches], ""
+        return _fsdp([mindspeed_dp_cp_switch(lengths, cost, config, patches) for lengths, patches in batches],
+                     cost), ""
     raise ValueError(f"unknown strategy {name!r}")
 
 
@@ -90,7 +104,8 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     strategies = args.strategies.split(",")
     print(f"preset {PRESET}, state sharded over the run's ranks; {args.seeds} seeds x {args.batches} batches of "
-          f"{args.per_rank} samples per rank; cells: strategy time / FCP time, mean [min-max] over seeds")
+          f"{args.per_rank} samples per rank; cells: strategy time / FCP time (tuned_static_ddp: / fcp_ddp time), "
+          "mean [min-max] over seeds")
     print("| workload | ranks | FCP ms/step | " + " | ".join(strategies) + " |")
     print("|---|---|---|" + "---|" * len(strategies))
     for workload in args.workloads.split(","):
@@ -105,6 +120,7 @@ def main() -> None:
                 batches = [(lengths[k * gbs:(k + 1) * gbs], patches[k * gbs:(k + 1) * gbs])
                            for k in range(args.batches)]
                 fcp_total = sum(_run_strategy("fcp", batches, cost, config)[0])
+                fcp_ddp_total = sum(_run_strategy("fcp_ddp", batches, cost, config)[0])
                 fcp_totals.append(fcp_total)
                 for s in strategies:
                     try:
@@ -113,7 +129,7 @@ def main() -> None:
                         labels[s].add("n/a")
                         logging.info("%s %s %d: %s", workload, s, ranks, err)
                         continue
-                    ratios[s].append(sum(times) / fcp_total)
+                    ratios[s].append(sum(times) / (fcp_ddp_total if s == "tuned_static_ddp" else fcp_total))
                     if label:
                         labels[s].add(label)
             cells = []

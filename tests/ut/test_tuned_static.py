@@ -6,6 +6,7 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import MIXES, WORKLOADS, draw_lengths
 from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, deepspeed_ulysses, megatron_static_cp
+from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import (
     INDEPENDENT,
     LOCKSTEP,
@@ -30,7 +31,7 @@ def test_tuned_static_is_the_best_of_every_static_layout():
     totals = {}
     for algo, planner in (("ring", megatron_static_cp), ("ulysses", deepspeed_ulysses)):
         for d in static_degrees(longest, COST, CONFIG, algo):
-            totals[(d, algo)] = sum(planner(l, COST, CONFIG, p, cp_degree=d).predicted_ms for l, p in batches)
+            totals[(d, algo)] = sum(fsdp_step_ms(planner(l, COST, CONFIG, p, cp_degree=d), COST) for l, p in batches)
     assert len(totals) >= 3
     assert sum(tuned.step_ms) == pytest.approx(min(totals.values()))
     assert totals[(tuned.degree, tuned.algo)] == pytest.approx(sum(tuned.step_ms))
@@ -47,9 +48,16 @@ def test_independent_replicas_never_wait_longer_than_lockstep_rounds():
         all_work = sum(g.predicted_ms for r in plan.rounds for g in r.groups)
         assert all_work / 4 <= independent <= plan.predicted_ms * (1 + 1e-12)
         assert independent <= busiest * (1 + 1e-12)
+    # Each semantics adds its own step costs to its rounds: DDP one reduction, FSDP a floor per round.
+    step = COST.step
     ddp = tune_static(_batches("internvid"), COST, CONFIG, INDEPENDENT)
+    for plan, step_ms in zip(ddp.plans, ddp.step_ms):
+        assert step_ms == pytest.approx(independent_replicas_ms(plan) + step.replica_reduction_ms + step.optimizer_ms)
     fsdp = tune_static(_batches("internvid"), COST, CONFIG, LOCKSTEP)
-    assert sum(ddp.step_ms) <= sum(fsdp.step_ms) * (1 + 1e-12)
+    for plan, step_ms in zip(fsdp.plans, fsdp.step_ms):
+        assert step_ms == pytest.approx(sum(max(r.predicted_ms, step.fsdp_round_ms) for r in plan.rounds)
+                                        + step.optimizer_ms)
+        assert step_ms > plan.predicted_ms
 
 
 def test_no_static_layout_is_named():

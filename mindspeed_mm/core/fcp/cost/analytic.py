@@ -4,7 +4,9 @@ Times come from FLOP counts over achieved peak plus memory traffic over device b
 are latency + bytes / (bandwidth x efficiency); memory follows the activation and bytes-per-
 parameter accounting of [kor], [megmem] and [zero] (source keys of `presets.SOURCES`).
 Forward + backward: a matmul's backward is 2 GEMMs (ratio 2); fused attention's backward is
-about 5 matmuls against 2 forward (ratio 2.5).
+about 5 matmuls against 2 forward (ratio 2.5). Collectives over n ranks move S (n - 1) / n bytes per
+rank for an all-gather or reduce-scatter of S bytes and twice that for an all-reduce, at the bus
+bandwidth of the slowest link they cross [nccl-perf].
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
-from mindspeed_mm.core.fcp.cost.table import MemoryFigures, TimeFigures
+from mindspeed_mm.core.fcp.cost.table import MemoryFigures, StepFigures, TimeFigures
 
 SHARDING_MODES = ("none", "distributed_optimizer", "fsdp")
 ATTENTION_BACKWARD_RATIO = 2.5
@@ -198,6 +200,40 @@ def memory_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> Memo
     return MemoryFigures(static_bytes=float(static), workspace_bytes=float(hw.runtime_bytes + gathered),
                          activation_bytes_per_token=float(activation),
                          vision_activation_bytes_per_token=float(vision_activation))
+
+
+def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFigures:
+    """Per-rank costs of a step outside the groups' passes, for the `setup.shard_ranks` ranks of the run.
+
+    - FSDP round: parameters gathered in the training dtype before the forward pass and again before
+      the backward pass (`reshard_after_forward`; recomputation runs inside the backward's gather),
+      gradients reduce-scattered in fp32 after every backward, as FSDP2 does by default [fsdp2] and
+      MindSpeed-MM's Qwen3-VL FSDP2 configuration sets (param bf16, reduce fp32) [msmm-fsdp2].
+    - Replicas (distributed optimizer): one fp32 gradient reduce-scatter and one parameter all-gather
+      per step [megmem]; not overlapped with the last backward (an upper bound).
+    - Optimizer: Adam is memory-bound: it reads fp32 parameters, gradients and both moments and writes
+      parameters and moments (28 bytes per parameter), plus the 16-bit parameter copy in mixed
+      precision, over the rank's shard [zero][inferred].
+    Message latencies are left out: each layer's collective moves hundreds of MB for these models.
+    """
+    params = params_per_rank(model, setup)
+    ranks = setup.shard_ranks
+    spans_nodes = ranks > hw.ranks_per_node
+    bus = (hw.inter_node_bytes_per_s * hw.inter_efficiency if spans_nodes
+           else hw.p2p_intra_bytes_per_s * hw.p2p_efficiency)
+    share = (ranks - 1) / ranks
+
+    def gather_ms(total_bytes: float) -> float:
+        return 1e3 * total_bytes * share / bus
+
+    elem = setup.element_bytes
+    optimizer_bytes = 28.0 + (elem if elem != 4 else 0)
+    shards = 1 if setup.sharding == "none" else ranks
+    return StepFigures(
+        optimizer_ms=1e3 * optimizer_bytes * params / shards / hw.memory_bytes_per_s,
+        fsdp_round_ms=gather_ms(2 * elem * params) + gather_ms(4 * params),
+        replica_reduction_ms=gather_ms(4 * params) + gather_ms(elem * params),
+    )
 
 
 def _comm_grid(bandwidth: float, latency_ms: float) -> Grid:

@@ -25,7 +25,7 @@ from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm import CommCurve
 from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.cost.ring import RingDegreeTerms, RingTimer
-from mindspeed_mm.core.fcp.cost.table import ProfileTable
+from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
 from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
 from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
@@ -73,6 +73,9 @@ class CostModel:
         """False for the memory-free copy (`without_memory_limit`): every degree holds any batch."""
         self.capacity_tokens: int = self._capacity(max_tokens_per_rank) if memory_limited else UNLIMITED_TOKENS
         """Most LLM tokens one rank can hold: the memory limit, lowered by `max_tokens_per_rank`."""
+        self.step: StepFigures | None = table.step
+        """Costs of a step outside the groups' passes (optimizer, parameter and gradient traffic); None when
+        the table does not price them (`solver.step_time`)."""
         self.state_shard_ranks: int | None = state_shard_ranks(table)
         """Ranks the table's static memory assumes parameters, gradients and optimizer state sharded
         over (a preset's `shard_ranks`); None when the table does not shard them or does not say

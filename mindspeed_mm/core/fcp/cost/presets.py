@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from mindspeed_mm.core.fcp.cost.analytic import (
-    SHARDING_MODES, HardwarePreset, ModelPreset, Setup, memory_figures, params_per_rank, time_figures,
+    SHARDING_MODES, HardwarePreset, ModelPreset, Setup, memory_figures, params_per_rank, step_figures, time_figures,
 )
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
 from mindspeed_mm.core.fcp.cost.table import (
@@ -62,6 +62,11 @@ SOURCES = {
     "megmem": "NVIDIA/Megatron-LM theoretical_memory_usage.py and dist_optimizer.md",
     "kor": "Korthikanti et al., arXiv 2205.05198, Tables 1-2",
     "zero": "Rajbhandari et al., arXiv 1910.02054 (ZeRO)",
+    "nccl-perf": "NVIDIA/nccl-tests doc/PERFORMANCE.md (bus bandwidth of all-gather, reduce-scatter, all-reduce)",
+    "fsdp2": "PyTorch docs, torch.distributed.fsdp.fully_shard (reshard_after_forward; gradients reduce-scattered "
+             "after every backward unless set_requires_gradient_sync(False))",
+    "msmm-fsdp2": "Ascend/MindSpeed-MM examples/qwen3vl/fsdp2_config.yaml (reshard_after_forward, param bf16, "
+                  "reduce fp32)",
     "workloads": "project workload notes: Qwen3-VL video token rule (720 tokens per second at 720p)",
 }
 
@@ -230,6 +235,7 @@ MODELS: dict[str, ModelPreset] = {
 
 # Memory accounting (activations, bytes per parameter) follows these for every preset.
 _MEMORY_SOURCES = "kor, megmem, zero"
+_STEP_SOURCES = "nccl-perf, fsdp2, msmm-fsdp2, megmem, zero, inferred"
 _ACCELERATORS = ("a3", "910b", "h100", "h200")
 _REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b", "internvl3-2b", "internvl3-8b")
 
@@ -307,6 +313,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
         time=time_figures(hw, mp, setup),
         memory=memory_figures(hw, mp, setup),
+        step=step_figures(hw, mp, setup),
         provenance={
             "source": "analytic preset",
             "preset": f"{hardware}-{model}",
@@ -314,9 +321,10 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             "hardware_sources": hw.sources,
             "model_sources": mp.sources,
             "memory_sources": _MEMORY_SOURCES,
+            "step_sources": _STEP_SOURCES,
             "options": {"sharding": sharding, "shard_ranks": shards},
             "params_per_rank": params_per_rank(mp, setup),
-            "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES)))},
+            "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES, _STEP_SOURCES)))},
             "notes": [
                 "Analytic figures from public peak FLOP/s, memory and link data with documented "
                 "efficiency factors; replace with a table measured by `fcp profile` on the target.",

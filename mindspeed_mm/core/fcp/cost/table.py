@@ -26,6 +26,9 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
   exactly that many ranks (keys "2", "3", ...); a group inside a node uses the curve of the listed
   size closest to its own instead of `intra`.
 - `memory.*`: bytes per rank (static, workspace) and activation bytes per LLM token.
+- `step.*` (optional): costs of a step outside the groups' passes, ms, for the run's ranks: the
+  optimizer step, one FSDP round's parameter traffic (a round's floor) and the once-per-step
+  reduction of replicas (DDP / distributed optimizer). Absent: the step's own costs are not priced.
 
 The typed sections live in `table_schema` and the validating reader of a document in `table_parser`;
 this module holds the table itself and its JSON load / save (all their names import from here).
@@ -43,11 +46,12 @@ from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.table_parser import parse_table_fields
 from mindspeed_mm.core.fcp.cost.table_schema import (
     DEVICES, DTYPES, LINK_TYPES, MASK_TYPES, RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, MemoryFigures,
-    ModelShape, ProfileTableError, TimeFigures, VisionShape,
+    ModelShape, ProfileTableError, StepFigures, TimeFigures, VisionShape,
 )
 
 __all__ = ["DEVICES", "DTYPES", "LINK_TYPES", "MASK_TYPES", "RECOMPUTE_MODES", "SCHEMA_VERSION", "HardwareInfo",
-           "MemoryFigures", "ModelShape", "ProfileTable", "ProfileTableError", "TimeFigures", "VisionShape"]
+           "MemoryFigures", "ModelShape", "ProfileTable", "ProfileTableError", "StepFigures", "TimeFigures",
+           "VisionShape"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class ProfileTable:
     """Time figures."""
     memory: MemoryFigures
     """Memory figures."""
+    step: StepFigures | None = None
+    """Costs of the step outside the groups' passes (None: not priced)."""
     provenance: dict[str, Any] = field(default_factory=dict)
     """Where the figures come from: `source` (required) plus free-form notes and references."""
     schema_version: int = SCHEMA_VERSION
@@ -118,6 +124,7 @@ class ProfileTable:
                 **({} if t.comm_overlap == 1.0 else {"comm_overlap": t.comm_overlap}),
             },
             "memory": dict(vars(self.memory)),
+            **({} if self.step is None else {"step": dict(vars(self.step))}),
             "provenance": self.provenance,
         }
 

@@ -7,7 +7,7 @@ from typing import Any, Callable
 from mindspeed_mm.core.fcp.cost.grid import GRID_SCALES, Grid
 from mindspeed_mm.core.fcp.cost.table_schema import (
     DEVICES, DTYPES, MASK_TYPES, RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, MemoryFigures, ModelShape,
-    ProfileTableError, TimeFigures, VisionShape,
+    ProfileTableError, StepFigures, TimeFigures, VisionShape,
 )
 
 
@@ -19,7 +19,7 @@ def parse_table_fields(doc: Any, source: str) -> dict[str, Any]:
 # Known members of each section (misspelt keys are errors, not silently ignored); `provenance` is free-form.
 _KEYS = {
     "<root>": {"schema_version", "hardware", "model", "dtype", "tp", "pp", "recompute", "time", "memory",
-               "provenance"},
+               "step", "provenance"},
     "hardware": {"name", "device", "ranks_per_node", "memory_bytes", "usable_memory_fraction", "peak_tflops",
                  "intra_node_bytes_per_s", "inter_node_bytes_per_s"},
     "model": {"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "attention_mask",
@@ -31,6 +31,7 @@ _KEYS = {
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
     "memory": {"static_bytes", "workspace_bytes", "activation_bytes_per_token", "vision_activation_bytes_per_token"},
+    "step": {"optimizer_ms", "fsdp_round_ms", "replica_reduction_ms"},
     "grid": {"scale", "x", "y"},
 }
 
@@ -214,6 +215,18 @@ class _Parser:
             vision_activation_bytes_per_token=self.non_negative(doc, p, "vision_activation_bytes_per_token"),
         )
 
+    def step(self, doc: Any) -> StepFigures | None:
+        """The optional step section (None when the table does not price the step's own costs)."""
+        if doc is None:
+            return None
+        p = "step"
+        doc = self.section(doc, p, p)
+        return StepFigures(
+            optimizer_ms=self.non_negative(doc, p, "optimizer_ms"),
+            fsdp_round_ms=self.non_negative(doc, p, "fsdp_round_ms"),
+            replica_reduction_ms=self.non_negative(doc, p, "replica_reduction_ms"),
+        )
+
     def table(self, doc: Any) -> dict[str, Any]:
         """The validated `ProfileTable` fields of the whole document."""
         doc = self.section(doc, "<root>", "<root>")
@@ -240,6 +253,7 @@ class _Parser:
             recompute=self.choice(doc, "", "recompute", RECOMPUTE_MODES),
             time=self.time(self.get(doc, "", "time"), has_vision=model.vision is not None),
             memory=self.memory(self.get(doc, "", "memory")),
+            step=self.step(doc.get("step")),
             provenance=provenance,
             schema_version=SCHEMA_VERSION,
         )

@@ -144,3 +144,18 @@ class MemoryFigures:
     """LLM activations kept for backward, per LLM token held by the rank."""
     vision_activation_bytes_per_token: float
     """Vision-encoder activations per LLM token, counted as if every token were a vision token."""
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """Costs of one training step outside the groups' forward + backward passes, one rank, milliseconds,
+    for the run's ranks (the ranks the state is sharded over)."""
+
+    optimizer_ms: float
+    """The optimizer step over the rank's share of the parameters (once per step)."""
+    fsdp_round_ms: float
+    """FSDP (lockstep rounds): one round's parameter all-gathers (forward and backward) and gradient
+    reduce-scatter over all ranks. The traffic overlaps compute, so a round lasts at least this long."""
+    replica_reduction_ms: float
+    """Replicas that meet once per step (DDP / distributed optimizer): the step's gradient reduction and
+    parameter re-gather over all ranks, not overlapped."""

@@ -19,6 +19,7 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.simulator import (
     FCP,
     REFERENCE,
+    fcp_counterpart,
     SimulationConfig,
     SimulationReport,
     StrategyResult,
@@ -89,11 +90,14 @@ class SeedSweep:
 
     def fcp_speedup(self, dataset: str, strategy: str) -> Spread:
         """The strategy's time / FCP's time per batch, over seeds x batches (> 1: FCP faster)."""
-        return Spread.of(self.batch_ratios(dataset, FCP, over=strategy))
+        return Spread.of(self.batch_ratios(dataset, self._fcp_of(strategy), over=strategy))
+
+    def _fcp_of(self, strategy: str) -> str:
+        return fcp_counterpart(strategy, self.reports[0].config.strategies) if self.reports else FCP
 
     def fcp_speedup_per_seed(self, dataset: str, strategy: str) -> Spread:
         """The strategy's total time / FCP's total time per seed, over the seeds."""
-        return Spread.of(self.seed_ratios(dataset, FCP, over=strategy))
+        return Spread.of(self.seed_ratios(dataset, self._fcp_of(strategy), over=strategy))
 
     def speedup(self, dataset: str, strategy: str) -> Spread:
         """The reference's time / the strategy's time per batch, over seeds x batches."""
@@ -142,7 +146,9 @@ class SeedSweep:
             f"seeds {','.join(map(str, self.seeds))} x {cfg.num_batches} batches x {cfg.global_batch_size} samples "
             f"per dataset on {cfg.solver.num_ranks} ranks ({cfg.solver.ranks_per_node} per node). "
             f"iter ms = mean predicted step time; vs {REFERENCE} = its time / this strategy's, mean per batch; "
-            "FCP speedup = this strategy's time / FCP's on the same batch, mean [min-max] over seeds x batches; "
+            "FCP speedup = this strategy's time / FCP's on the same batch (fcp_ddp's for tuned_static_ddp), mean "
+            "[min-max] over seeds x batches; step times include the preset's optimizer step and parameter / "
+            "gradient traffic (FSDP rounds; fcp_ddp and tuned_static_ddp reduce once per step); "
             "per seed = the same ratio of totals over each seed's batches, mean [min-max] over seeds; "
             "/ bound = total time / total lower bound; plan ms = median.",
         ]

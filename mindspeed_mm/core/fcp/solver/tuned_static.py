@@ -4,10 +4,13 @@ A static DP x CP layout fixes one degree d (dividing N, holding the run's longes
 attention algo for the run. The default launch takes the smallest such degree; a user who tunes
 tries them all. Two execution semantics of the same layout:
 - lockstep (FSDP / ZeRO-3): every layer's parameter all-gather spans all ranks, so the replicas run
-  micro-batch r together and a round lasts as long as its slowest replica (the `Plan`'s rounds);
+  micro-batch r together and a round lasts as long as its slowest replica (the `Plan`'s rounds), and
+  at least its parameter traffic;
 - independent replicas (DDP / distributed optimizer): a replica runs its micro-batches back to back
   and waits only at the step's gradient reduction, so the step lasts as long as the busiest
-  replica; the micro-batches are dealt to replicas longest first, each to the least-loaded one.
+  replica, plus the reduction; the micro-batches are dealt to replicas longest first, each to the
+  least-loaded one.
+Both add the optimizer step (`step_time`).
 Tuning picks the (degree, algo) with the lowest total over the run's batches: it sees the very
 batches it is scored on, so it is, if anything, better than what a user could tune.
 """
@@ -28,9 +31,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     megatron_static_cp,
 )
 from mindspeed_mm.core.fcp.solver.plan import Plan, SolverConfig
-
-LOCKSTEP = "lockstep"
-INDEPENDENT = "independent"
+from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, fsdp_step_ms, replicas_step_ms
 
 
 def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: str) -> list[int]:
@@ -52,12 +53,13 @@ def independent_replicas_ms(plan: Plan) -> float:
     return max(loads)
 
 
-def static_step_ms(plan: Plan, semantics: str) -> float:
-    """Step time of a homogeneous plan under `semantics` (LOCKSTEP or INDEPENDENT)."""
+def static_step_ms(plan: Plan, semantics: str, cost: CostModel) -> float:
+    """Step time of a homogeneous plan under `semantics` (LOCKSTEP or INDEPENDENT), with the step's own
+    costs (`step_time`)."""
     if semantics == LOCKSTEP:
-        return plan.predicted_ms
+        return fsdp_step_ms(plan, cost)
     if semantics == INDEPENDENT:
-        return independent_replicas_ms(plan)
+        return replicas_step_ms(independent_replicas_ms(plan), cost)
     raise ValueError(f"semantics must be {LOCKSTEP!r} or {INDEPENDENT!r}, got {semantics!r}")
 
 
@@ -93,7 +95,7 @@ def tune_static(
                 plans = tuple(planner(lengths, cost, config, patches, cp_degree=degree) for lengths, patches in batches)
             except BaselineInfeasibleError:
                 continue
-            steps = tuple(static_step_ms(p, semantics) for p in plans)
+            steps = tuple(static_step_ms(p, semantics, cost) for p in plans)
             if best is None or sum(steps) < sum(best.step_ms):
                 best = TunedStatic(degree, algo, plans, steps)
     if best is None:

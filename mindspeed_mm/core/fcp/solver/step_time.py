@@ -1,0 +1,35 @@
+"""Step time of a plan: its rounds plus the step's own costs (`StepFigures` of the cost model).
+
+Two ways of running the same plan (see `tuned_static` for the layouts that use each):
+- lockstep rounds with FSDP: every round all-gathers the parameters and reduce-scatters the gradients
+  over all ranks; the traffic overlaps the round's compute, so a round lasts at least
+  `fsdp_round_ms`;
+- replicas that meet once per step (DDP / distributed optimizer): the rounds (or, for independent
+  replicas, the busiest replica) plus one `replica_reduction_ms`.
+Both add the optimizer step. A cost model without step figures prices the rounds only.
+"""
+from __future__ import annotations
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver.plan import Plan
+
+LOCKSTEP = "lockstep"
+"""FSDP semantics: the ranks run every round together and pay each round's parameter traffic."""
+INDEPENDENT = "independent"
+"""DDP / distributed-optimizer semantics: one gradient reduction per step."""
+
+
+def fsdp_step_ms(plan: Plan, cost: CostModel) -> float:
+    """Step time of `plan` in lockstep rounds under FSDP."""
+    step = cost.step
+    if step is None:
+        return plan.predicted_ms
+    return sum(max(r.predicted_ms, step.fsdp_round_ms) for r in plan.rounds) + step.optimizer_ms
+
+
+def replicas_step_ms(rounds_ms: float, cost: CostModel) -> float:
+    """Step time of replicas whose forward + backward work lasts `rounds_ms` and that reduce once per step."""
+    step = cost.step
+    if step is None:
+        return rounds_ms
+    return rounds_ms + step.replica_reduction_ms + step.optimizer_ms

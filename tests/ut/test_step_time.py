@@ -1,0 +1,80 @@
+"""The step's own costs: the preset's figures, the table's `step` section and how a step adds them."""
+import dataclasses
+import json
+
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost.analytic import params_per_rank
+from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS, preset_table
+from mindspeed_mm.core.fcp.cost.table import ProfileTable, ProfileTableError, StepFigures
+from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan
+from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms, replicas_step_ms
+
+
+def _plan(round_ms: list[float]) -> Plan:
+    rounds = tuple(RoundPlan(groups=(GroupPlan(ranks=(0,), degree=1, algo="ring", samples=(i,), predicted_ms=t),),
+                             predicted_ms=t) for i, t in enumerate(round_ms))
+    return Plan(rounds=rounds, predicted_ms=sum(round_ms), lower_bound_ms=1.0, solver_ms=0.0, num_ranks=1)
+
+
+@pytest.mark.parametrize("ranks", [8, 64])
+def test_preset_step_figures_follow_the_bus_bandwidth_and_byte_counts(ranks: int) -> None:
+    table = preset_table("a3-qwen3vl-8b", shard_ranks=ranks)
+    hw, model = HARDWARE["a3"], MODELS["qwen3vl-8b"]
+    params = table.provenance["params_per_rank"]
+    # 8 ranks fit an A3 node (point-to-point links), 64 span nodes (the per-rank network link).
+    bus = hw.p2p_intra_bytes_per_s * hw.p2p_efficiency if ranks <= hw.ranks_per_node else (
+        hw.inter_node_bytes_per_s * hw.inter_efficiency)
+    share = (ranks - 1) / ranks
+    step = table.step
+    # bf16 parameters gathered twice, fp32 gradients reduce-scattered, once per round.
+    assert step.fsdp_round_ms == pytest.approx(1e3 * (2 * 2 + 4) * params * share / bus)
+    # Distributed optimizer: fp32 gradient reduce-scatter + bf16 parameter all-gather, once per step.
+    assert step.replica_reduction_ms == pytest.approx(1e3 * (4 + 2) * params * share / bus)
+    # Adam on the rank's 1 / ranks of the state: 28 bytes per fp32 parameter + the bf16 copy.
+    assert step.optimizer_ms == pytest.approx(1e3 * 30 * params / ranks / hw.memory_bytes_per_s)
+    assert params == pytest.approx(params_per_rank(model, _setup_of(table)))
+
+
+def _setup_of(table: ProfileTable):
+    from mindspeed_mm.core.fcp.cost.analytic import Setup
+
+    options = table.provenance["options"]
+    return Setup(tp=table.tp, pp=table.pp, dtype=table.dtype, recompute=table.recompute,
+                 sharding=options["sharding"], shard_ranks=options["shard_ranks"])
+
+
+def test_one_rank_moves_no_bytes_and_an_unsharded_optimizer_runs_on_every_parameter() -> None:
+    alone = preset_table("a3-qwen3vl-8b", shard_ranks=1).step
+    assert alone.fsdp_round_ms == 0.0 and alone.replica_reduction_ms == 0.0
+    unsharded = preset_table("a3-qwen3vl-8b", shard_ranks=8, sharding="none").step
+    sharded = preset_table("a3-qwen3vl-8b", shard_ranks=8).step
+    assert unsharded.optimizer_ms == pytest.approx(8 * sharded.optimizer_ms)
+
+
+def test_the_step_section_round_trips_and_is_checked(tmp_path) -> None:
+    table = preset_table("cpu-tiny", shard_ranks=4)
+    path = tmp_path / "t.json"
+    table.save(path)
+    assert ProfileTable.load(path).step == table.step
+    doc = json.loads(path.read_text())
+    doc["step"]["fsdp_round_msec"] = doc["step"].pop("fsdp_round_ms")
+    with pytest.raises(ProfileTableError, match="unknown field 'fsdp_round_msec' in 'step'"):
+        ProfileTable.from_dict(doc, source="t.json")
+    doc["step"] = {"optimizer_ms": -1.0, "fsdp_round_ms": 1.0, "replica_reduction_ms": 1.0}
+    with pytest.raises(ProfileTableError, match="step.optimizer_ms"):
+        ProfileTable.from_dict(doc, source="t.json")
+    del doc["step"]
+    assert CostModel(ProfileTable.from_dict(doc, source="t.json")).step is None
+
+
+def test_a_round_lasts_at_least_its_parameter_traffic_and_replicas_reduce_once() -> None:
+    cost = CostModel(dataclasses.replace(preset_table("cpu-tiny", shard_ranks=4),
+                                         step=StepFigures(optimizer_ms=2.0, fsdp_round_ms=5.0,
+                                                          replica_reduction_ms=7.0)))
+    plan = _plan([1.0, 9.0])
+    assert fsdp_step_ms(plan, cost) == pytest.approx(5.0 + 9.0 + 2.0)
+    assert replicas_step_ms(plan.predicted_ms, cost) == pytest.approx(10.0 + 7.0 + 2.0)
+    unpriced = CostModel(dataclasses.replace(cost.table, step=None))
+    assert fsdp_step_ms(plan, unpriced) == replicas_step_ms(10.0, unpriced) == 10.0
