@@ -1,0 +1,86 @@
+"""The cost model's step terms against a real run on this host: gradient reduction and optimizer step.
+
+`fcp train` runs the tiny decoder on N gloo processes (`torchrun`); every rank all-reduces its
+gradients in one flat buffer and runs torch's Adam on all parameters, the replica semantics of a
+preset built with `sharding: none`. Its per-step `grad_sync_ms` and `optimizer_ms` (median over
+steps 2..end, mean over ranks) are compared with the `replica_reduction_ms` and `optimizer_ms` of the
+`cpu` hardware preset for the same parameter count and ranks (`cost.analytic.step_figures`).
+
+The terms count bytes over bandwidth only; for a model this small, per-message latency and per-
+tensor kernel launches dominate, so the error here says how much those leave out at small sizes,
+not how far off the figures are for a model whose layers move hundreds of MB.
+
+    python benchmarks/step_terms_validation.py --nproc 4 --output-dir out/step_terms
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from mindspeed_mm.core.fcp.cost.analytic import ModelPreset, Setup, params_per_rank, step_figures
+from mindspeed_mm.core.fcp.cost.presets import HARDWARE
+from mindspeed_mm.core.fcp.cost.shapes import DecoderShape
+import torch
+
+from mindspeed_mm.core.fcp.executor.config import load_run_config
+from mindspeed_mm.core.fcp.executor.run_outputs import FINAL_STATE_FILE
+
+logger = logging.getLogger("step_terms_validation")
+CONFIG = Path(__file__).resolve().parents[1] / "mindspeed_mm" / "core" / "fcp" / "configs" / "tiny_qwen3_fcp.yaml"
+
+
+def measured_timings(nproc: int, output_dir: Path) -> dict[str, float]:
+    """Median over steps 2..end of the per-step timings of one `fcp train` run (means over ranks)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m",
+               "mindspeed_mm.core.fcp.cli", "train", str(CONFIG), "--cpu", "--output-dir", str(output_dir)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    steps = json.loads((output_dir / "result.json").read_text())["steps"][1:]
+    return {key: statistics.median(s["timings_ms"][key] for s in steps) for key in ("grad_sync_ms", "optimizer_ms")}
+
+
+def trained_parameters(output_dir: Path) -> int:
+    """Parameters of the trained model (its saved final state)."""
+    state = torch.load(output_dir / FINAL_STATE_FILE, map_location="cpu", weights_only=True)
+    return sum(t.numel() for t in state.values())
+
+
+def predicted(nproc: int) -> tuple[dict[str, float], float]:
+    """The preset's figures for the run's model shape: (terms, parameters the shape counts)."""
+    config = load_run_config(CONFIG)
+    m = config.model
+    decoder = DecoderShape(layers=m.num_layers, hidden=m.hidden_size, heads=m.num_attention_heads,
+                           kv_heads=m.num_query_groups, head_dim=m.head_dim, ffn=m.ffn_hidden_size,
+                           vocab=m.vocab_size, tied_embeddings=False, qkv_bias=False, qk_norm=True)
+    model = ModelPreset(decoder=decoder, encoder=None, recompute="none", sources="the run's YAML")
+    setup = Setup(tp=1, pp=1, dtype="fp32", recompute="none", sharding="none", shard_ranks=nproc)
+    figures = step_figures(HARDWARE["cpu"], model, setup)
+    terms = {"grad_sync_ms": figures.replica_reduction_ms, "optimizer_ms": figures.optimizer_ms}
+    return terms, params_per_rank(model, setup)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nproc", type=int, default=4, help="training processes (default 4)")
+    parser.add_argument("--output-dir", type=Path, default=Path("out/step_terms"), help="the run's outputs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    terms, modelled = predicted(args.nproc)
+    measured = measured_timings(args.nproc, args.output_dir)
+    real = trained_parameters(args.output_dir)
+    print(f"tiny decoder: {real} parameters ({modelled:.0f} counted by the preset's shape), {args.nproc} gloo "
+          "processes")
+    print("| term | predicted ms | measured ms (median, steps 2..end) | error |")
+    print("|---|---|---|---|")
+    for key, label in (("grad_sync_ms", "gradient reduction (all-reduce)"), ("optimizer_ms", "optimizer step (Adam)")):
+        error = terms[key] / measured[key] - 1.0
+        print(f"| {label} | {terms[key]:.3f} | {measured[key]:.3f} | {100 * error:+.0f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
