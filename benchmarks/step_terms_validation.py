@@ -2,13 +2,15 @@
 
 `fcp train` runs the tiny decoder on N gloo processes (`torchrun`); every rank all-reduces its
 gradients in one flat buffer and runs torch's Adam on all parameters, the replica semantics of a
-preset built with `sharding: none`. Its per-step `grad_sync_ms` and `optimizer_ms` (median over
-steps 2..end, mean over ranks) are compared with the `replica_reduction_ms` and `optimizer_ms` of the
-`cpu` hardware preset for the same parameter count and ranks (`cost.analytic.step_figures`).
+table built with `sharding: none`. Its per-step `grad_sync_ms` and `optimizer_ms` (median over
+steps 2..end, mean over ranks) are compared with the `replica_reduction_ms` and `optimizer_ms` of
+- the `cpu` hardware preset for the same model shape and ranks (`cost.analytic.step_figures`), and
+- a table `fcp profile` measures on the same N processes (a small grid; its step section times the
+  same all-reduce and Adam on the profiled decoder, `profiler.step_costs`).
 
-The terms count bytes over bandwidth only; for a model this small, per-message latency and per-
-tensor kernel launches dominate, so the error here says how much those leave out at small sizes,
-not how far off the figures are for a model whose layers move hundreds of MB.
+The preset counts bytes over bandwidth only; for a model this small, per-message latency and per-
+tensor kernel launches dominate, so its error says how much those leave out at small sizes, not how
+far off the figures are for a model whose layers move hundreds of MB.
 
     python benchmarks/step_terms_validation.py --nproc 4 --output-dir out/step_terms
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from mindspeed_mm.core.fcp.cost.analytic import ModelPreset, Setup, params_per_rank, step_figures
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape
+from mindspeed_mm.core.fcp.cost.table import ProfileTable
 import torch
 
 from mindspeed_mm.core.fcp.executor.config import load_run_config
@@ -41,6 +44,17 @@ def measured_timings(nproc: int, output_dir: Path) -> dict[str, float]:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     steps = json.loads((output_dir / "result.json").read_text())["steps"][1:]
     return {key: statistics.median(s["timings_ms"][key] for s in steps) for key in ("grad_sync_ms", "optimizer_ms")}
+
+
+def profiled_terms(nproc: int, output_dir: Path) -> dict[str, float]:
+    """The step figures of a table measured by `fcp profile` on `nproc` processes (a small grid)."""
+    table_path = output_dir / "profile.json"
+    command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "profile", "-o", str(table_path),
+               "--world-size", str(nproc), "--attention-lengths", "16,32,64", "--linear-tokens", "64,256",
+               "--message-bytes", "1024,65536", "--sweeps", "2", "--no-progress"]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    step = ProfileTable.load(table_path).step
+    return {"grad_sync_ms": step.replica_reduction_ms, "optimizer_ms": step.optimizer_ms}
 
 
 def trained_parameters(output_dir: Path) -> int:
@@ -72,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     terms, modelled = predicted(args.nproc)
     measured = measured_timings(args.nproc, args.output_dir)
     real = trained_parameters(args.output_dir)
+    profiled = profiled_terms(args.nproc, args.output_dir)
     print(f"tiny decoder: {real} parameters ({modelled:.0f} counted by the preset's shape), {args.nproc} gloo "
           "processes")
-    print("| term | predicted ms | measured ms (median, steps 2..end) | error |")
-    print("|---|---|---|---|")
+    print("| term | measured in training, ms | preset, ms | error | profiled table, ms | error |")
+    print("|---|---|---|---|---|---|")
     for key, label in (("grad_sync_ms", "gradient reduction (all-reduce)"), ("optimizer_ms", "optimizer step (Adam)")):
-        error = terms[key] / measured[key] - 1.0
-        print(f"| {label} | {terms[key]:.3f} | {measured[key]:.3f} | {100 * error:+.0f}% |")
+        print(f"| {label} | {measured[key]:.3f} | {terms[key]:.3f} | {100 * (terms[key] / measured[key] - 1):+.0f}% "
+              f"| {profiled[key]:.3f} | {100 * (profiled[key] / measured[key] - 1):+.0f}% |")
     return 0
 
 

@@ -38,10 +38,11 @@ def test_profile_and_validate_a_tiny_grid(tmp_path: Path, capsys: pytest.Capture
     assert prov["source"] == "measured by fcp profile" and prov["profile_seconds"] > 0
     assert {"torch", "python", "fcp"} <= set(prov["versions"]) and prov["device_name"]
     assert prov["measurement"]["clock"] == "cpu" and prov["validated_in_the_same_run"] is True
-    assert set(prov["phase_seconds"]) == {"attention", "linear", "communication", "memory", "validation"}
+    assert set(prov["phase_seconds"]) == {"attention", "linear", "communication", "step", "memory", "validation"}
     assert table.time.attention_causal_ms.x == (8.0, 16.0, 32.0) and table.time.attention_off_diagonal_ms is not None
     assert set(table.time.attention_ulysses_ms) == {2} and set(table.time.all_to_all_by_group_size_ms) == {2}
     assert table.memory.activation_bytes_per_token > 0 and table.memory.static_bytes > 0
+    assert table.step.optimizer_ms > 0 and table.step.replica_reduction_ms > 0 and table.step.fsdp_round_ms > 0
 
     # The planner takes the measured table as it takes a preset.
     cost = CostModel(table, max_tokens_per_rank=64)

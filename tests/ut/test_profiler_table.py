@@ -29,6 +29,7 @@ LAYER_MS, OUTPUT_MS = 0.01, 0.004          # per token
 LAUNCH_1, LAUNCH_2 = 1.5, 2.5              # decoder of 1 / 2 layers without attention work
 BLOCK_MS = 2.0                             # reference block of the busy exchanges
 ACTIVATION = 12000.0                       # bytes per token
+STEP_MS = {"optimizer": 3.0, "all_reduce": 7.0, "all_gather": 2.0, "reduce_scatter": 4.0}
 
 
 def attention_ms(kind: str, s: int) -> float:
@@ -71,6 +72,7 @@ def measurements(rank: int, p2p_busy: str, whole_ms: dict[tuple[int, ...], float
             a2a = 0.5 + size * 0.1 + nbytes * 2e-6
             m.comm[("all_to_all", size, nbytes)] = CommSamples(_samples(a2a), _samples(BLOCK_MS + a2a),
                                                                 _samples(BLOCK_MS))
+    m.step.update({kind: _samples(ms * (1 + 0.1 * rank), 0.05) for kind, ms in STEP_MS.items()})
     return m
 
 
@@ -121,6 +123,10 @@ def test_every_figure_comes_from_the_measurements() -> None:
     assert table.memory.static_bytes == 2_000_000 and table.memory.workspace_bytes == 300_000_000
     assert table.hardware.device == "cpu" and table.hardware.ranks_per_node == 8
     assert table.model == CONFIG.model and table.dtype == "fp32" and table.recompute == "none"
+    # Step figures: the median rank's (rank 1 measured 1.1 x), an FSDP round = 2 all-gathers + 1 reduce-scatter.
+    assert table.step.optimizer_ms == pytest.approx(1.1 * 3.0)
+    assert table.step.replica_reduction_ms == pytest.approx(1.1 * 7.0)
+    assert table.step.fsdp_round_ms == pytest.approx(1.1 * (2 * 2.0 + 4.0))
     prov = table.provenance
     assert prov["source"] == "measured by fcp profile" and prov["device_name"] == "test cpu"
     assert prov["measurement"]["clock"] == "cpu" and prov["measurement"]["world_size"] == 3

@@ -30,8 +30,8 @@ def test_preset_step_figures_follow_the_bus_bandwidth_and_byte_counts(ranks: int
     step = table.step
     # bf16 parameters gathered twice, fp32 gradients reduce-scattered, once per round.
     assert step.fsdp_round_ms == pytest.approx(1e3 * (2 * 2 + 4) * params * share / bus)
-    # Distributed optimizer: fp32 gradient reduce-scatter + bf16 parameter all-gather, once per step.
-    assert step.replica_reduction_ms == pytest.approx(1e3 * (4 + 2) * params * share / bus)
+    # DDP: one all-reduce of the fp32 gradients (twice a reduce-scatter's bytes), once per step.
+    assert step.replica_reduction_ms == pytest.approx(1e3 * 2 * 4 * params * share / bus)
     # Adam on the rank's 1 / ranks of the state: 28 bytes per fp32 parameter + the bf16 copy.
     assert step.optimizer_ms == pytest.approx(1e3 * 30 * params / ranks / hw.memory_bytes_per_s)
     assert params == pytest.approx(params_per_rank(model, _setup_of(table)))

@@ -209,8 +209,9 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
       the backward pass (`reshard_after_forward`; recomputation runs inside the backward's gather),
       gradients reduce-scattered in fp32 after every backward, as FSDP2 does by default [fsdp2] and
       MindSpeed-MM's Qwen3-VL FSDP2 configuration sets (param bf16, reduce fp32) [msmm-fsdp2].
-    - Replicas (distributed optimizer): one fp32 gradient reduce-scatter and one parameter all-gather
-      per step [megmem]; not overlapped with the last backward (an upper bound).
+    - Replicas (DDP): one all-reduce of the fp32 gradients per step, not overlapped with the last
+      backward (an upper bound); the distributed optimizer's fp32 reduce-scatter and parameter
+      all-gather [megmem] move no more bytes.
     - Optimizer: Adam is memory-bound: it reads fp32 parameters, gradients and both moments and writes
       parameters and moments (28 bytes per parameter), plus the 16-bit parameter copy in mixed
       precision, over the rank's shard [zero][inferred].
@@ -232,7 +233,7 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
     return StepFigures(
         optimizer_ms=1e3 * optimizer_bytes * params / shards / hw.memory_bytes_per_s,
         fsdp_round_ms=gather_ms(2 * elem * params) + gather_ms(4 * params),
-        replica_reduction_ms=gather_ms(4 * params) + gather_ms(elem * params),
+        replica_reduction_ms=2 * gather_ms(4 * params),
     )
 
 

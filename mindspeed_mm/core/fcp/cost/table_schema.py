@@ -157,5 +157,6 @@ class StepFigures:
     """FSDP (lockstep rounds): one round's parameter all-gathers (forward and backward) and gradient
     reduce-scatter over all ranks. The traffic overlaps compute, so a round lasts at least this long."""
     replica_reduction_ms: float
-    """Replicas that meet once per step (DDP / distributed optimizer): the step's gradient reduction and
-    parameter re-gather over all ranks, not overlapped."""
+    """Replicas that meet once per step (DDP): the step's all-reduce of the fp32 gradients over all ranks,
+    not overlapped with the backward pass (with the distributed optimizer, its reduce-scatter and
+    parameter all-gather move no more bytes)."""

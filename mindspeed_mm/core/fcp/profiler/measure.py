@@ -26,6 +26,7 @@ from mindspeed_mm.core.fcp.profiler.compute import (
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
+from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
 
 MEMORY_PROBE_LENGTHS = ((64, 32, 32), (256, 128, 128))
 """Two packed batches (document lengths) whose saved-activation difference gives bytes per token."""
@@ -75,6 +76,8 @@ class RankMeasurements:
     """Document lengths of a composition probe -> forward + backward of the whole decoder, local attention."""
     comm: dict[tuple[str, int, int], CommSamples] = field(default_factory=dict)
     """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
+    step: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """`step_costs.STEP_KINDS` -> the optimizer step and the whole-model collectives over the world."""
 
     def __add__(self, other: "RankMeasurements") -> "RankMeasurements":
         """The samples of both (e.g. two sweeps) under each key."""
@@ -148,7 +151,7 @@ class RankProfiler:
         c = self.config
         return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
                 + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
-                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes))
+                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1)
 
     def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
         """Every time measurement once, with `repeats` samples each."""
@@ -191,7 +194,11 @@ class RankProfiler:
                     if samples is not None:
                         out.comm[(kind, size, nbytes)] = samples
                     on_step(f"{kind} {size} ranks {nbytes} B")
-        self._phase("communication", started)
+        started = self._phase("communication", started)
+        # A decoder of its own: the optimizer steps change its weights and leave gradients behind.
+        out.step.update(step_samples(Decoder(c.model, c.dtype, c.seed).to(self.device), c.dtype, timing, c.seed))
+        on_step("optimizer step and gradient reduction")
+        self._phase("step", started)
         return out
 
     def _phase(self, name: str, started: float) -> float:

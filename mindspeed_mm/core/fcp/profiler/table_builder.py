@@ -8,7 +8,7 @@ from typing import Any
 
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.model import CostModel
-from mindspeed_mm.core.fcp.cost.table import HardwareInfo, MemoryFigures, ProfileTable, TimeFigures
+from mindspeed_mm.core.fcp.cost.table import HardwareInfo, MemoryFigures, ProfileTable, StepFigures, TimeFigures
 from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
@@ -152,6 +152,15 @@ def _merged_comm(ranks: Sequence[RankMeasurements], statistic: str) -> dict[tupl
     return merged
 
 
+def step_figures(step: dict[str, float]) -> StepFigures:
+    """The step section from the merged step samples (collectives absent on a world of one rank: 0)."""
+    return StepFigures(
+        optimizer_ms=step["optimizer"],
+        fsdp_round_ms=2 * step.get("all_gather", 0.0) + step.get("reduce_scatter", 0.0),
+        replica_reduction_ms=step.get("all_reduce", 0.0),
+    )
+
+
 def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_facts: Sequence[RankFacts],
                 facts: dict[str, Any]) -> ProfileTable:
     """The table of one profiling run; `facts` (host, versions, load, duration) go to the provenance."""
@@ -246,11 +255,15 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "Communication grids: the transfer alone where a compute block hides part of it, else what it adds "
             "to a busy step (see comm_ms_by_group_size: alone, busy = with the reference block, block alone).",
             "static_bytes: parameters, gradients and Adam state after one step, without sharding.",
+            f"step: Adam over the whole decoder on each rank; the gradient reduction is one fp32 all-reduce and an "
+            f"FSDP round two parameter all-gathers and one fp32 reduce-scatter, over the {config.world_size} "
+            "measuring ranks.",
             "No vision encoder was profiled: vision_ms_per_patch is 0 and model.vision is null.",
         ],
     }
     parts = ProfileTable(hardware=hardware, model=config.model, dtype=config.dtype, tp=1, pp=1, recompute="none",
-                         time=time, memory=memory, provenance=provenance)
+                         time=time, memory=memory, step=step_figures(_merged(ranks, "step", statistic)),
+                         provenance=provenance)
     factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
     provenance["composition"] = {"factor": factor, "measured_over_parts_by_probe": ratios}
     provenance["notes"].append(
