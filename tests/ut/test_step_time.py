@@ -9,7 +9,7 @@ from mindspeed_mm.core.fcp.cost.analytic import params_per_rank
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS, preset_table
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, ProfileTableError, StepFigures
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan
-from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms
 
 
 def _plan(round_ms: list[float]) -> Plan:
@@ -78,3 +78,16 @@ def test_a_round_lasts_at_least_its_parameter_traffic_and_replicas_reduce_once()
     assert replicas_step_ms(plan.predicted_ms, cost) == pytest.approx(10.0 + 7.0 + 2.0)
     unpriced = CostModel(dataclasses.replace(cost.table, step=None))
     assert fsdp_step_ms(plan, unpriced) == replicas_step_ms(10.0, unpriced) == 10.0
+
+
+def test_without_a_step_wide_collective_a_group_waits_only_for_its_own_members() -> None:
+    def group(ranks, ms):
+        return GroupPlan(ranks=ranks, degree=len(ranks), algo="ring", samples=(0,), predicted_ms=ms)
+
+    # Round 1: ranks 0-1 take 10 ms, rank 2 takes 2, rank 3 takes 3; round 2: (0) 1 ms, (1) 1 ms, (2, 3) 4 ms.
+    rounds = (RoundPlan((group((0, 1), 10.0), group((2,), 2.0), group((3,), 3.0)), 10.0),
+              RoundPlan((group((0,), 1.0), group((1,), 1.0), group((2, 3), 4.0)), 4.0))
+    plan = Plan(rounds=rounds, predicted_ms=14.0, lower_bound_ms=1.0, solver_ms=0.0, num_ranks=4)
+    # Ranks 2-3 start round 2 at 3 ms (rank 3's end), not at 10: they finish at 7; ranks 0-1 at 11.
+    assert dataflow_ms(plan) == pytest.approx(11.0)
+    assert dataflow_ms(plan) < plan.predicted_ms

@@ -33,7 +33,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
-from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 FCP = "fcp"
 """Name of the FCP planner among the strategies (its plans run under FSDP, as MindSpeed-MM's Qwen3-VL)."""
 FCP_DDP = "fcp_ddp"
-"""FCP's plans run with replicas that reduce once per step (DDP / distributed optimizer)."""
+"""FCP's plans run with DDP: groups wait only for their own members, one gradient reduction per step."""
 
 TUNED = {"tuned_static_fsdp": LOCKSTEP, "tuned_static_ddp": INDEPENDENT}
 """Tuned static strategies and their execution semantics."""
@@ -292,7 +292,7 @@ def _simulate_strategy(
     return StrategyResult(
         dataset=dataset,
         strategy=strategy,
-        iteration_ms=tuple(replicas_step_ms(p.predicted_ms, cost) if strategy == FCP_DDP else fsdp_step_ms(p, cost)
+        iteration_ms=tuple(replicas_step_ms(dataflow_ms(p), cost) if strategy == FCP_DDP else fsdp_step_ms(p, cost)
                            for p in plans),
         lower_bound_ms=tuple(p.lower_bound_ms for p in plans),
         solver_ms=tuple(p.solver_ms for p in plans),

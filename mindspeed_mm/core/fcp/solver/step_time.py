@@ -4,8 +4,10 @@ Two ways of running the same plan (see `tuned_static` for the layouts that use e
 - lockstep rounds with FSDP: every round all-gathers the parameters and reduce-scatters the gradients
   over all ranks; the traffic overlaps the round's compute, so a round lasts at least
   `fsdp_round_ms`;
-- replicas that meet once per step (DDP / distributed optimizer): the rounds (or, for independent
-  replicas, the busiest replica) plus one `replica_reduction_ms`.
+- replicas that meet once per step (DDP / distributed optimizer): nothing spans all ranks before the
+  gradient reduction, so a group starts as soon as its own members are done with their previous
+  groups (`dataflow_ms`; for independent static replicas, the busiest replica), plus one
+  `replica_reduction_ms`.
 Both add the optimizer step. A cost model without step figures prices the rounds only.
 """
 from __future__ import annotations
@@ -25,6 +27,18 @@ def fsdp_step_ms(plan: Plan, cost: CostModel) -> float:
     if step is None:
         return plan.predicted_ms
     return sum(max(r.predicted_ms, step.fsdp_round_ms) for r in plan.rounds) + step.optimizer_ms
+
+
+def dataflow_ms(plan: Plan) -> float:
+    """Forward + backward time of `plan` when each group waits only for its own members: a group of round r
+    starts when the last of its ranks has finished its group of round r - 1."""
+    free = [0.0] * plan.num_ranks
+    for round_plan in plan.rounds:
+        for group in round_plan.groups:
+            end = max(free[rank] for rank in group.ranks) + group.predicted_ms
+            for rank in group.ranks:
+                free[rank] = end
+    return max(free)
 
 
 def replicas_step_ms(rounds_ms: float, cost: CostModel) -> float:
