@@ -18,6 +18,11 @@ validation, simulation and reports treat all strategies alike.
   joins the least-loaded group of its degree that has memory left, otherwise waits for the next
   round. Ranks left free at the end of a round are absorbed by doubling the smallest groups.
   Groups are power-of-two sized and aligned.
+- ``megatron_hybrid_cp``: Megatron-LM's hybrid CP scheduler re-implemented rule for rule (see
+  `megatron_hybrid_cp`): power-of-two degrees, per round equal-work buckets of the longest-first
+  queue, new groups while ranks are free, else the least-loaded group of the degree with room,
+  early exit once balanced, trim, and doubling of the smallest groups, all decided on Megatron's
+  own estimate seq^2 / cp; only the resulting ring groups are timed on the cost model.
 - ``mindspeed_dp_cp_switch``: MindSpeed-MM dynamic DP/CP switch: one homogeneous DP x CP layout
   per step, the first feasible CP in increasing order (most DP), then the same spread as above.
 """
@@ -41,12 +46,13 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     round_of,
 )
 from mindspeed_mm.core.fcp.solver.mcore_dynamic import mcore_dynamic_cp
+from mindspeed_mm.core.fcp.solver.megatron_hybrid_cp import megatron_hybrid_cp
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, SolverConfig
 
 __all__ = ["BASELINES", "RING", "ULYSSES", "Baseline", "BaselineInfeasibleError", "BaselinePlanner",
-           "deepspeed_ulysses", "get_baseline", "mcore_dynamic_cp", "megatron_static_cp", "mindspeed_dp_cp_switch",
-           "static_cp_degree"]
+           "deepspeed_ulysses", "get_baseline", "mcore_dynamic_cp", "megatron_hybrid_cp", "megatron_static_cp",
+           "mindspeed_dp_cp_switch", "static_cp_degree"]
 
 class BaselinePlanner(Protocol):
     """Signature shared by the baselines (`cp_degree` is only used by static strategies)."""
@@ -237,6 +243,7 @@ BASELINES: dict[str, Baseline] = {
         Baseline("megatron_static_cp", megatron_static_cp, RING),
         Baseline("deepspeed_ulysses", deepspeed_ulysses, ULYSSES),
         Baseline("mcore_dynamic_cp", mcore_dynamic_cp, None),
+        Baseline("megatron_hybrid_cp", megatron_hybrid_cp, None),
         Baseline("mindspeed_dp_cp_switch", mindspeed_dp_cp_switch, None),
     )
 }
