@@ -9,8 +9,9 @@ min-max over seeds (> 1: FCP faster).
 
 Strategies: static ring / Ulysses at the default degree (smallest holding the run's longest sample),
 tuned static (best (degree, algo) for the run) in lockstep rounds (FSDP) and with independent
-replicas (DDP), the project's Megatron-Core dynamic CP approximation (power-of-two groups; NOT
-Megatron-LM's hybrid_cp_schedule), MindSpeed-MM's DP/CP switch. Ablations of FCP: powers of two
+replicas (DDP), Megatron-LM's hybrid / dynamic CP scheduler as it decides (`megatron_hybrid_cp`: its
+buckets, early exit, trim and doubling, on its own seq^2/cp estimate), the project's older
+Megatron-Core dynamic CP approximation, MindSpeed-MM's DP/CP switch. Ablations of FCP: powers of two
 only, ring only, Ulysses only, idle ranks allowed. "One degree" is the tuned static lockstep layout
 (the static packer balances its micro-batches like FCP does).
 
@@ -38,6 +39,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     BaselineInfeasibleError,
     deepspeed_ulysses,
     mcore_dynamic_cp,
+    megatron_hybrid_cp,
     megatron_static_cp,
     mindspeed_dp_cp_switch,
     static_cp_degree,
@@ -47,7 +49,7 @@ from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tun
 
 PRESET = "a3-qwen3vl-8b"
 BASELINES = ("fcp_ddp", "static_ring_default", "static_ulysses_default", "tuned_static_fsdp", "tuned_static_ddp",
-             "mcore_dynamic_cp_approx", "mindspeed_dp_cp_switch")
+             "megatron_hybrid_cp", "mcore_dynamic_cp_approx", "mindspeed_dp_cp_switch")
 ABLATIONS = ("fcp_pow2_only", "fcp_ring_only", "fcp_ulysses_only", "fcp_idle_ranks")
 
 
@@ -85,6 +87,8 @@ def _run_strategy(name, batches, cost, config):
     if name in ("tuned_static_fsdp", "tuned_static_ddp"):
         tuned = tune_static(batches, cost, config, LOCKSTEP if name == "tuned_static_fsdp" else INDEPENDENT)
         return list(tuned.step_ms), f"{tuned.algo} {tuned.degree}"
+    if name == "megatron_hybrid_cp":
+        return _fsdp([megatron_hybrid_cp(lengths, cost, config, patches) for lengths, patches in batches], cost), ""
     if name == "mcore_dynamic_cp_approx":
         return _fsdp([mcore_dynamic_cp(lengths, cost, config, patches) for lengths, patches in batches], cost), ""
     if name == "mindspeed_dp_cp_switch":
