@@ -9,7 +9,14 @@ from mindspeed_mm.core.fcp.cost.analytic import params_per_rank
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS, preset_table
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, ProfileTableError, StepFigures
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import (
+    INDEPENDENT,
+    LOCKSTEP,
+    dataflow_ms,
+    fsdp_step_ms,
+    replicas_step_ms,
+    step_lower_bound_ms,
+)
 
 
 def _plan(round_ms: list[float]) -> Plan:
@@ -76,6 +83,10 @@ def test_a_round_lasts_at_least_its_parameter_traffic_and_replicas_reduce_once()
     plan = _plan([1.0, 9.0])
     assert fsdp_step_ms(plan, cost) == pytest.approx(5.0 + 9.0 + 2.0)
     assert replicas_step_ms(plan.predicted_ms, cost) == pytest.approx(10.0 + 7.0 + 2.0)
+    # Bounds: a step has at least one round's traffic, or one reduction, and always the optimizer step.
+    assert step_lower_bound_ms(1.0, cost, LOCKSTEP) == pytest.approx(5.0 + 2.0)
+    assert step_lower_bound_ms(8.0, cost, LOCKSTEP) == pytest.approx(8.0 + 2.0)
+    assert step_lower_bound_ms(8.0, cost, INDEPENDENT) == pytest.approx(8.0 + 7.0 + 2.0)
     unpriced = CostModel(dataclasses.replace(cost.table, step=None))
     assert fsdp_step_ms(plan, unpriced) == replicas_step_ms(10.0, unpriced) == 10.0
 

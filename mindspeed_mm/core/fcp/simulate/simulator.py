@@ -33,7 +33,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms, step_lower_bound_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ class StrategyResult:
     iteration_ms: tuple[float, ...] = ()
     """Predicted step time of each batch."""
     lower_bound_ms: tuple[float, ...] = ()
-    """Lower bound on the step time of each batch (the same for every strategy)."""
+    """Lower bound on the step time of each batch (the same for every strategy of one semantics: FSDP
+    rounds, or replicas reducing once per step)."""
     solver_ms: tuple[float, ...] = ()
     """Planning wall time of each batch."""
     rounds: tuple[int, ...] = ()
@@ -294,7 +295,8 @@ def _simulate_strategy(
         strategy=strategy,
         iteration_ms=tuple(replicas_step_ms(dataflow_ms(p), cost) if strategy == FCP_DDP else fsdp_step_ms(p, cost)
                            for p in plans),
-        lower_bound_ms=tuple(p.lower_bound_ms for p in plans),
+        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, INDEPENDENT if strategy == FCP_DDP
+                                                 else LOCKSTEP) for p in plans),
         solver_ms=tuple(p.solver_ms for p in plans),
         rounds=tuple(p.num_rounds for p in plans),
         extras=extras,
@@ -315,7 +317,7 @@ def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.n
             validate_plan(plan, lengths, cost, patches, priced=True)
     return StrategyResult(
         dataset=dataset, strategy=strategy, iteration_ms=tuned.step_ms,
-        lower_bound_ms=tuple(p.lower_bound_ms for p in tuned.plans),
+        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, TUNED[strategy]) for p in tuned.plans),
         solver_ms=tuple(p.solver_ms for p in tuned.plans), rounds=tuple(p.num_rounds for p in tuned.plans),
         extras={"cp_degree": tuned.degree, "algo": tuned.algo})
 

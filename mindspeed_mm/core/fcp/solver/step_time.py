@@ -47,3 +47,17 @@ def replicas_step_ms(rounds_ms: float, cost: CostModel) -> float:
     if step is None:
         return rounds_ms
     return rounds_ms + step.replica_reduction_ms + step.optimizer_ms
+
+
+def step_lower_bound_ms(rounds_bound_ms: float, cost: CostModel, semantics: str) -> float:
+    """A lower bound on the step time under `semantics` from a lower bound on its forward + backward work:
+    at least one FSDP round's traffic (LOCKSTEP), or the once-per-step reduction (INDEPENDENT), plus the
+    optimizer step."""
+    step = cost.step
+    if step is None:
+        return rounds_bound_ms
+    if semantics == LOCKSTEP:
+        return max(rounds_bound_ms, step.fsdp_round_ms) + step.optimizer_ms
+    if semantics == INDEPENDENT:
+        return rounds_bound_ms + step.replica_reduction_ms + step.optimizer_ms
+    raise ValueError(f"semantics must be {LOCKSTEP!r} or {INDEPENDENT!r}, got {semantics!r}")
