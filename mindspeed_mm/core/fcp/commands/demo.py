@@ -18,7 +18,14 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.commands.options import positive_int
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.simulate.simulator import FCP, SimulationConfig, draw_batches, simulate
+from mindspeed_mm.core.fcp.simulate.simulator import (
+    FCP,
+    FCP_DDP,
+    SimulationConfig,
+    draw_batches,
+    fcp_counterpart,
+    simulate,
+)
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 
@@ -77,15 +84,21 @@ def _print_plan_part(args: argparse.Namespace) -> None:
         f"(gap {plan.gap_to_lower_bound:.3f}), planned in {plan.solver_ms:.0f} ms"
     )
     report = simulate(config, cost)
-    print("== Predicted speedup of FCP over the baselines on this batch (same cost model):")
+    print(f"  with the step's own costs (FSDP rounds, optimizer): "
+          f"{report.result(DEMO_DATASET, FCP).mean_iteration_ms:,.1f} ms; under DDP "
+          f"{report.result(DEMO_DATASET, FCP_DDP).mean_iteration_ms:,.1f} ms")
+    print("== Predicted speedup of FCP over the baselines on this batch (same cost model, step costs included; "
+          "DDP layouts against FCP under DDP):")
     for result in report.results:
-        if result.strategy == FCP:
+        if result.strategy in (FCP, FCP_DDP):
             continue
         if not result.ok:
             print(f"  {result.strategy:<24} cannot run: {result.error}")
             continue
-        speedup = report.speedup(DEMO_DATASET, FCP, over=result.strategy)
-        print(f"  {result.strategy:<24} {result.mean_iteration_ms:>10,.1f} ms   FCP {speedup:.2f}x faster")
+        speedup = report.speedup(DEMO_DATASET, fcp_counterpart(result.strategy, config.strategies),
+                                 over=result.strategy)
+        verdict = "faster" if speedup >= 1.0 else "slower"
+        print(f"  {result.strategy:<24} {result.mean_iteration_ms:>10,.1f} ms   FCP {speedup:.3f}x ({verdict})")
 
 
 def _train_part(args: argparse.Namespace) -> int:
