@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.speedup_plot import plot_speedups
 from mindspeed_mm.core.fcp.simulate.simulator import (
     FCP,
     REFERENCE,
@@ -23,7 +24,6 @@ from mindspeed_mm.core.fcp.simulate.simulator import (
     SimulationConfig,
     SimulationReport,
     StrategyResult,
-    plot_speedups,
     progress_bar,
     simulate_with_bar,
 )
