@@ -18,8 +18,11 @@ from typing import Sequence
 
 logger = logging.getLogger(__name__)
 
-# Depth-first search steps allowed for the exact node packing before falling back to best fit.
-_SEARCH_STEPS = 20_000
+# Depth-first search steps allowed for the exact node packing before falling back to best fit. With
+# 2,000 the plans of 120 batches (5 workloads x 8 seeds x 64 / 256 / 1024 ranks) were identical to those
+# of 20,000, and image + video at 1024 ranks planned in 157 instead of 212 ms: the extra steps were
+# spent on packings that have no exact solution.
+_SEARCH_STEPS = 2_000
 
 
 @dataclass(frozen=True)
