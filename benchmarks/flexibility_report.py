@@ -17,8 +17,9 @@ only, ring only, Ulysses only, idle ranks allowed. "One degree" is the tuned sta
 
 Every step time includes the step's own costs of the preset (`solver.step_time`): FCP and the lockstep
 strategies run under FSDP (each round lasts at least its parameter all-gathers and gradient
-reduce-scatter), `fcp_ddp` and `tuned_static_ddp` reduce once per step (and `fcp_ddp`'s groups wait
-only for their own members); all add the optimizer step.
+reduce-scatter), `fcp_ddp` and `tuned_static_ddp` reduce once per step (and their groups wait only
+for their own members; `fcp_ddp` is planned for that, so it also weighs every static layout run as
+independent replicas); all add the optimizer step.
 
     python benchmarks/flexibility_report.py                       # full: 5 workloads x 8..1024 ranks
     python benchmarks/flexibility_report.py --scales 8,64 --workloads openvid,bimodal
@@ -44,7 +45,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     mindspeed_dp_cp_switch,
     static_cp_degree,
 )
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import fsdp_step_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
 PRESET = "a3-qwen3vl-8b"
@@ -53,10 +54,10 @@ BASELINES = ("fcp_ddp", "static_ring_default", "static_ulysses_default", "tuned_
 ABLATIONS = ("fcp_pow2_only", "fcp_ring_only", "fcp_ulysses_only", "fcp_idle_ranks")
 
 
-def _fcp(batches, cost, config, replicas=False):
-    """FCP's step times: its plans under FSDP, or (`replicas`) reducing once per step."""
-    plans = [plan_batch(lengths, cost, config, patches) for lengths, patches in batches]
-    return [replicas_step_ms(dataflow_ms(p), cost) if replicas else fsdp_step_ms(p, cost) for p in plans]
+def _fcp(batches, cost, config, semantics=LOCKSTEP):
+    """FCP's step times: planned for and run under FSDP (LOCKSTEP) or reducing once per step (INDEPENDENT)."""
+    config = replace(config, step_semantics=semantics)
+    return [step_ms(plan_batch(lengths, cost, config, patches), cost, semantics) for lengths, patches in batches]
 
 
 def _fsdp(plans, cost):
@@ -69,7 +70,7 @@ def _run_strategy(name, batches, cost, config):
     if name == "fcp":
         return _fcp(batches, cost, config), ""
     if name == "fcp_ddp":
-        return _fcp(batches, cost, config, replicas=True), ""
+        return _fcp(batches, cost, config, INDEPENDENT), ""
     if name == "fcp_pow2_only":
         pow2 = tuple(1 << k for k in range(config.num_ranks.bit_length()) if 1 << k <= config.num_ranks)
         return _fcp(batches, cost, replace(config, degrees=pow2)), ""

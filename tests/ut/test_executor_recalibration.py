@@ -145,3 +145,29 @@ def test_warm_up_steps_are_logged_but_not_learned(cost: CostModel) -> None:
     assert recalibrator.corrections_for_step(3).default == pytest.approx(2.0)
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
         StepRecalibrator(cost, warmup_steps=-1)
+
+
+def test_idle_ranks_teach_nothing(cost: CostModel) -> None:
+    """A round whose ranks sit out (IDLE groups, 0 ms predicted) is recorded from its real groups only."""
+    recalibrator = StepRecalibrator(cost, CalibrationSettings(smoothing=1.0), warmup_steps=0)
+    layout = (
+        (((0, 1), "ring", (0,)), ((2,), "ring", (1,)), ((3,), "idle", ())),
+        (((0, 1), "ring", (5,)), ((2,), "ring", (2, 3)), ((3,), "ring", (4,))),
+        (((0,), "ring", (6,)), ((1,), "ring", (7,)), ((2,), "idle", ()), ((3,), "idle", ())),
+    )
+
+    def predicted(ranks, algo, samples):
+        if algo == "idle":
+            return 0.0
+        return float(cost.group_time_ms(cost.workload([LENGTHS[s] for s in samples]), len(ranks), algo))
+
+    rounds = tuple(RoundPlan(tuple(GroupPlan(ranks, len(ranks), algo, samples, predicted(ranks, algo, samples))
+                                   for ranks, algo, samples in groups),
+                             max(predicted(*g) for g in groups)) for groups in layout)
+    plan = Plan(rounds=rounds, predicted_ms=sum(r.predicted_ms for r in rounds), lower_bound_ms=0.0,
+                solver_ms=0.0, num_ranks=4)
+    times = [[0.5 if g.algo == "idle" else 3.0 * g.predicted_ms for g in r.groups] for r in rounds]
+    records = recalibrator.record_step(0, plan, LENGTHS, None, times)
+    assert len(records) == 7
+    factors = recalibrator.corrections_for_step(PLAN_LAG)
+    assert (factors.factor(1, "ring"), factors.factor(2, "ring")) == pytest.approx((3.0, 3.0))

@@ -1,5 +1,5 @@
-"""Round runner on 4 gloo ranks: a hand-made plan with groups of 3, 2 and 1 (ring and Ulysses) gives the
-single-process reference's loss and gradients; token accounting and plan agreement checks; a group with
+"""Round runner on 4 gloo ranks: a hand-made plan with groups of 3, 2 and 1 (ring and Ulysses) and ranks
+that sit a round out gives the single-process reference's loss and gradients; token accounting and plan agreement checks; a group with
 fewer tokens than ranks (padded so no rank is left empty) still gives the reference's gradients."""
 from __future__ import annotations
 
@@ -40,10 +40,12 @@ CONFIG = {
     },
     "data": {"dataset": "internvid", "length_scale": 50, "min_length": 5, "seed": 1},
 }
-# (ranks, algo, batch positions) per group, per round; every rank is in one group per round.
+# (ranks, algo, batch positions) per group, per round; every rank is in one group per round, and
+# ranks 0 and 1 sit the last round out.
 LAYOUT = (
     (((0, 1, 2), "ring", (0, 1)), ((3,), "ring", (2,))),
-    (((0, 1), "ulysses", (3,)), ((2, 3), "ring", (4, 5))),
+    (((0, 1), "ulysses", (3,)), ((2, 3), "ring", (4,))),
+    (((0,), "idle", ()), ((1,), "idle", ()), ((2, 3), "ulysses", (5,))),
 )
 
 
@@ -51,14 +53,15 @@ def _plan() -> Plan:
     rounds = tuple(
         RoundPlan(
             groups=tuple(
-                GroupPlan(ranks=ranks, degree=len(ranks), algo=algo, samples=samples, predicted_ms=1.0)
+                GroupPlan(ranks=ranks, degree=len(ranks), algo=algo, samples=samples,
+                          predicted_ms=0.0 if algo == "idle" else 1.0)
                 for ranks, algo, samples in groups
             ),
             predicted_ms=1.0,
         )
         for groups in LAYOUT
     )
-    return Plan(rounds=rounds, predicted_ms=2.0, lower_bound_ms=1.0, solver_ms=0.0, num_ranks=WORLD_SIZE)
+    return Plan(rounds=rounds, predicted_ms=3.0, lower_bound_ms=1.0, solver_ms=0.0, num_ranks=WORLD_SIZE)
 
 
 TINY = Sample(index=0, tokens=torch.tensor([3, 9, 4]), labels=torch.tensor([9, 4, 7]), loss_mask=torch.ones(3))
@@ -108,7 +111,7 @@ def _worker(rank: int, world_size: int) -> dict:
         "rounds": [(r.ranks, r.algo, r.sample_indices) for r in output.rounds],
     }
     # A rank with a different plan: every rank must raise, naming the step.
-    other = dataclasses.replace(plan, predicted_ms=3.0) if rank == 2 else plan
+    other = dataclasses.replace(plan, predicted_ms=4.0) if rank == 2 else plan
     try:
         check_plan_agreement(other, step=6)
         result["mismatch"] = None
@@ -177,8 +180,8 @@ def test_plan_execution_matches_single_process_reference(results: list[dict]) ->
     assert tokens.tolist() == reference["lengths"]
     assert loss_tokens.tolist() == reference["loss_token_counts"]
     assert groups.tolist() == [1.0] * 6
-    assert results[3]["rounds"] == [((3,), "local", (2,)), ((2, 3), "ring", (4, 5))]
-    assert results[1]["rounds"] == [((0, 1, 2), "ring", (0, 1)), ((0, 1), "ulysses", (3,))]
+    assert results[3]["rounds"] == [((3,), "local", (2,)), ((2, 3), "ring", (4,)), ((2, 3), "ulysses", (5,))]
+    assert results[1]["rounds"] == [((0, 1, 2), "ring", (0, 1)), ((0, 1), "ulysses", (3,)), ((1,), "idle", ())]
 
 
 def test_group_with_fewer_tokens_than_ranks_matches_reference(results: list[dict]) -> None:
@@ -199,6 +202,7 @@ def test_plan_missing_a_rank_is_rejected_before_running() -> None:
     short_round = RoundPlan(groups=plan.rounds[1].groups[:1], predicted_ms=1.0)
     broken = dataclasses.replace(plan, rounds=(plan.rounds[0], short_round))
     lengths = [20, 20, 20, 20, 20, 20]
+    check_plan_executable(plan, step=3, num_ranks=WORLD_SIZE, lengths=lengths, cost=cost)   # idle ranks run
     with pytest.raises(InvalidPlanError, match="step 4: .*round 1"):
         check_plan_executable(broken, step=3, num_ranks=WORLD_SIZE, lengths=lengths, cost=cost)
     with pytest.raises(InvalidPlanError, match="step 1: plan covers 4 ranks but training runs on 5"):

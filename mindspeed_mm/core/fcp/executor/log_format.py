@@ -8,6 +8,7 @@ from mindspeed_mm.core.fcp.cost.calibration import CorrectionTable, Observation
 from mindspeed_mm.core.fcp.executor.memory import MemoryStats
 from mindspeed_mm.core.fcp.executor.recalibration import mean_absolute_error
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
 
 
 def iteration_line(
@@ -56,7 +57,8 @@ def plan_summary_line(iteration: int, plan: Plan, measured_round_ms: Sequence[fl
     rounds = []
     for index, (round_plan, measured) in enumerate(zip(plan.rounds, measured_round_ms)):
         groups = " ".join(
-            f"{g.degree}x{g.algo if g.degree > 1 else 'local'}[{len(g.samples)}]" for g in round_plan.groups
+            "idle" if g.algo == IDLE else f"{g.degree}x{g.algo if g.degree > 1 else 'local'}[{len(g.samples)}]"
+            for g in round_plan.groups
         )
         rounds.append(
             f"round {index}: {groups} predicted {round_plan.predicted_ms:.2f} ms measured {measured:.1f} ms"

@@ -9,6 +9,7 @@ from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.executor.config import RunConfig
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
+from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 
 
@@ -46,10 +47,13 @@ class BatchPlanner:
         """The planner of a run on `num_ranks` FCP ranks."""
         config.validate_world(num_ranks)
         cost = run_cost_model(config, num_ranks)
+        # `fcp train` all-reduces the gradients once per step, so each group waits only for its own
+        # members and an idle rank just moves on (`RoundRunner`): plan for that.
         solver_config = SolverConfig(
             num_ranks=num_ranks,
             ranks_per_node=config.fcp.ranks_per_node or cost.ranks_per_node,
             max_degree=config.fcp.max_degree,
+            step_semantics=INDEPENDENT,
         )
         static = None if config.is_fcp else config.training.context_parallel_size
         return cls(cost=cost, solver_config=solver_config, static_cp_degree=static)

@@ -24,6 +24,7 @@ from mindspeed_mm.core.fcp.cost.calibration import (
     observe_groups,
 )
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
 
 PLAN_LAG = 2
 """The plan of step s uses the measured times of steps up to s - PLAN_LAG."""
@@ -80,7 +81,8 @@ class StepRecalibrator:
     ) -> list[Observation]:
         """Feeds the measured time of every group of step `step` (one list per round, in plan order).
 
-        Returns one plan-log record per group: uncorrected and used prediction, and the measured time.
+        Returns one plan-log record per group that ran (idle ranks learn nothing): uncorrected and used
+        prediction, and the measured time.
         """
         if len(measured_group_ms) != plan.num_rounds or any(
             len(times) != len(round_plan.groups) for times, round_plan in zip(measured_group_ms, plan.rounds)
@@ -90,9 +92,12 @@ class StepRecalibrator:
                 f"the plan's groups per round {[len(r.groups) for r in plan.rounds]}"
             )
         cost = self.cost_for_step(step)
-        groups = []
-        for round_plan in plan.rounds:
-            for group in round_plan.groups:
+        groups, measured = [], []
+        for round_plan, times in zip(plan.rounds, measured_group_ms):
+            for group, group_ms in zip(round_plan.groups, times):
+                if group.algo == IDLE:
+                    continue
+                measured.append(group_ms)
                 workload = cost.workload(
                     [int(lengths[s]) for s in group.samples],
                     None if patches is None else [int(patches[s]) for s in group.samples],
@@ -100,7 +105,7 @@ class StepRecalibrator:
                 groups.append((workload, group.degree, group.algo))
         # A warm-up step's records come from a scratch calibrator: logged, not learned.
         learner = self.calibrator if step >= self.warmup_steps else OnlineCalibrator(self.calibrator.settings)
-        records = observe_groups(learner, cost, groups, [t for times in measured_group_ms for t in times])
+        records = observe_groups(learner, cost, groups, measured)
         table = self.calibrator.snapshot()
         learned = self.base if table.is_identity else CalibratedCostModel.calibrated(self.base, table)
         with self._lock:

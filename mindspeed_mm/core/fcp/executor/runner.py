@@ -18,6 +18,7 @@ from mindspeed_mm.core.fcp.executor.runtime import FCPRound, FCPRuntime
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class RoundRecord:
     ranks: tuple[int, ...]
     """Ranks of this rank's group."""
     algo: str
-    """Attention algorithm of the group ("local" when the group is this rank alone)."""
+    """Attention algorithm of the group ("local" when the group is this rank alone, "idle" when the
+    rank sits the round out)."""
     sample_indices: tuple[int, ...]
     """Dataset indices the group trained."""
     shard_tokens: int
@@ -112,13 +114,18 @@ class RoundRunner:
             vision_patches=torch.zeros(size, dtype=torch.float64),
         )
         loss_sum = torch.zeros((), dtype=torch.float64)
-        ran: list[tuple[FCPRound, tuple[int, ...], RoundForward]] = []
+        ran: list[tuple[FCPRound, tuple[int, ...], RoundForward | None]] = []
         with communication(f"step {step + 1}", "creation of the plan's groups (world group)",
                            range(dist.get_world_size()), self.runtime.settings.comm_timeout_s):
             rounds = self.runtime.begin_step(plan, measure=True)
         try:
             for _ in rounds:
                 fcp_round = self.runtime.next_round()
+                if fcp_round.algo == IDLE:
+                    # Nothing spans all ranks before the step's gradient all-reduce, so an idle rank
+                    # simply moves on: its groups of later rounds start when their members are ready.
+                    ran.append((fcp_round, (), None))
+                    continue
                 sample_indices = self.sampler.round_sample_indices(step, fcp_round)
                 what = f"round {fcp_round.round_index + 1} of the plan ({fcp_round.algo} attention, forward and backward)"
                 with communication(f"step {step + 1}", what, fcp_round.group_ranks, self.runtime.settings.comm_timeout_s):
@@ -138,6 +145,11 @@ class RoundRunner:
         groups_of_rank = plan.groups_of_rank(fcp_rank)
         records = []
         for fcp_round, sample_indices, forward in ran:
+            if forward is None:
+                records.append(RoundRecord(round_index=fcp_round.round_index, ranks=fcp_round.group_ranks, algo=IDLE,
+                                           sample_indices=(), shard_tokens=0, predicted_ms=0.0,
+                                           forward_backward_ms=float(rank_round_ms[fcp_rank, fcp_round.round_index])))
+                continue
             mask = forward.loss_mask.detach().to("cpu", torch.float64)
             for sample_index in sample_indices:
                 on_sample = forward.sample_ids == sample_index

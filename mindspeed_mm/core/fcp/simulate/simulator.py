@@ -7,7 +7,7 @@ launch-time CP degree would be; the tuned static strategies take the best (degre
 run (`tuned_static`), in lockstep rounds (FSDP) or with independent replicas (DDP); dynamic
 strategies choose per batch. Every step adds its own costs where the cost model has them
 (`solver.step_time`): lockstep plans run under FSDP, `fcp_ddp` and `tuned_static_ddp` with replicas
-that reduce once per step. Reported per strategy: predicted iteration time, speedup over
+that reduce once per step (`fcp_ddp` planned for them: `SolverConfig.step_semantics`). Reported per strategy: predicted iteration time, speedup over
 Megatron-LM static CP, ratio to the lower bound and planning time.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -33,7 +33,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, replicas_step_ms, step_lower_bound_ms
+from mindspeed_mm.core.fcp.solver.step_time import step_lower_bound_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
 if TYPE_CHECKING:
@@ -250,8 +250,10 @@ def _plan_with(
     config: SolverConfig,
     static_degree: int | None,
 ) -> Plan:
-    if strategy in (FCP, FCP_DDP):
+    if strategy == FCP:
         return plan_batch(lengths, cost, config, patches)
+    if strategy == FCP_DDP:
+        return plan_batch(lengths, cost, replace(config, step_semantics=INDEPENDENT), patches)
     baseline = get_baseline(strategy)
     if baseline.static_algo is not None:
         return baseline.planner(lengths, cost, config, patches, cp_degree=static_degree)
@@ -290,13 +292,12 @@ def _simulate_strategy(
         if progress is not None:
             progress.update(len(batches) - len(plans))
         return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
+    semantics = INDEPENDENT if strategy == FCP_DDP else LOCKSTEP
     return StrategyResult(
         dataset=dataset,
         strategy=strategy,
-        iteration_ms=tuple(replicas_step_ms(dataflow_ms(p), cost) if strategy == FCP_DDP else fsdp_step_ms(p, cost)
-                           for p in plans),
-        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, INDEPENDENT if strategy == FCP_DDP
-                                                 else LOCKSTEP) for p in plans),
+        iteration_ms=tuple(step_ms(p, cost, semantics) for p in plans),
+        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, semantics) for p in plans),
         solver_ms=tuple(p.solver_ms for p in plans),
         rounds=tuple(p.num_rounds for p in plans),
         extras=extras,

@@ -41,18 +41,15 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     BaselineInfeasibleError,
     baseline_plan,
     checked_lengths,
-    placed_group,
-    rank_block,
-    round_of,
 )
 from mindspeed_mm.core.fcp.solver.mcore_dynamic import mcore_dynamic_cp
 from mindspeed_mm.core.fcp.solver.megatron_hybrid_cp import megatron_hybrid_cp
-from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
-from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, SolverConfig
+from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP, STEP_SEMANTICS, Plan, SolverConfig
+from mindspeed_mm.core.fcp.solver.static_layout import independent_rounds, lockstep_rounds, static_packs
 
 __all__ = ["BASELINES", "RING", "ULYSSES", "Baseline", "BaselineInfeasibleError", "BaselinePlanner",
            "deepspeed_ulysses", "get_baseline", "mcore_dynamic_cp", "megatron_hybrid_cp", "megatron_static_cp",
-           "mindspeed_dp_cp_switch", "static_cp_degree"]
+           "mindspeed_dp_cp_switch", "static_cp_degree", "static_layout_plan"]
 
 class BaselinePlanner(Protocol):
     """Signature shared by the baselines (`cp_degree` is only used by static strategies)."""
@@ -101,48 +98,6 @@ def static_cp_degree(max_length: int, cost: CostModel, config: SolverConfig, alg
     return candidates[0]
 
 
-def _balanced_packs(
-    lengths: np.ndarray,
-    patches: Sequence[int] | None,
-    cost: CostModel,
-    degree: int,
-    algo: str,
-    replicas: int,
-) -> list[list[int]]:
-    """Samples spread over rounds x replicas micro-batches of at most degree x capacity tokens.
-
-    The fewest rounds whose micro-batches hold the batch, samples dealt longest-time first to the
-    least-loaded micro-batch with room (so every micro-batch gets at least one sample).
-    """
-    capacity = degree * cost.capacity_tokens
-    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
-    alone_ms = cost.group_time_table(columns, np.full((lengths.size, 1), degree, dtype=np.int64), algo)[:, 0].tolist()
-    order = sorted(range(lengths.size), key=lambda i: (-alone_ms[i], -int(lengths[i]), i))
-    fewest_packs = -(-int(lengths.sum()) // capacity)
-    rounds = max(1, -(-fewest_packs // replicas))
-    while True:
-        bins = rounds * replicas
-        if bins > lengths.size:
-            raise BaselineInfeasibleError(
-                f"{lengths.size} samples cannot give each of the {replicas} data-parallel replicas a "
-                f"micro-batch in each of {rounds} rounds"
-            )
-        load = np.zeros(bins)
-        tokens = np.zeros(bins, dtype=np.int64)
-        packs: list[list[int]] = [[] for _ in range(bins)]
-        for i in order:
-            room = tokens + lengths[i] <= capacity
-            if not room.any():
-                break
-            b = int(np.argmin(np.where(room, load, np.inf)))
-            packs[b].append(i)
-            load[b] += alone_ms[i]
-            tokens[b] += lengths[i]
-        else:
-            return packs
-        rounds += 1
-
-
 def _homogeneous_plan(
     lengths: np.ndarray,
     cost: CostModel,
@@ -152,6 +107,7 @@ def _homogeneous_plan(
     algo: str,
     strategy: str,
     started: float,
+    semantics: str = LOCKSTEP,
 ) -> Plan:
     if config.num_ranks % degree != 0 or degree > config.degree_limit:
         raise BaselineInfeasibleError(
@@ -167,27 +123,31 @@ def _homogeneous_plan(
             f"at {cost.capacity_tokens} tokens per rank"
         )
     replicas = config.num_ranks // degree
-    rpn = config.ranks_per_node
-    packs = [tuple(sorted(p)) for p in _balanced_packs(lengths, patches, cost, degree, algo, replicas)]
-    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
-    sizes = [len(p) for p in packs]
-    members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
-    sums = columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
-    pack_ms = cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0].tolist()
-    # Slowest micro-batches share a round: sorted chunks minimise the sum of the round maxima.
-    order = sorted(range(len(packs)), key=lambda k: (-pack_ms[k], packs[k]))
-    rounds = []
-    for i in range(0, len(order), replicas):
-        groups = []
-        for j, k in enumerate(order[i : i + replicas]):
-            first = j * degree
-            if placed_node_part(first, degree, rpn) == compact_node_part(degree, rpn):
-                groups.append(GroupPlan(rank_block(j, degree), degree, algo, packs[k], pack_ms[k]))
-            else:   # a block across a node boundary pays the inter-node cost
-                groups.append(placed_group(first, degree, algo, packs[k], lengths, patches, cost, rpn, sums.workload(k)))
-        rounds.append(round_of(groups))
+    packs = static_packs(lengths, patches, cost, degree, algo, replicas)
+    arrange = independent_rounds if semantics == INDEPENDENT else lockstep_rounds
+    rounds = arrange(packs, replicas, lengths, patches, cost, config.ranks_per_node)
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}
     return baseline_plan(rounds, lengths, cost, config, patches, started, extras)
+
+
+def static_layout_plan(
+    lengths: Sequence[int],
+    cost: CostModel,
+    config: SolverConfig,
+    patches: Sequence[int] | None = None,
+    *,
+    cp_degree: int,
+    algo: str,
+    semantics: str,
+) -> Plan:
+    """A static layout of `cp_degree` and `algo` (`static_layout`), its replicas run in lockstep rounds
+    (LOCKSTEP, as `megatron_static_cp` / `deepspeed_ulysses`) or independently (INDEPENDENT)."""
+    started = time.perf_counter()
+    if semantics not in STEP_SEMANTICS:
+        raise ValueError(f"semantics must be one of {', '.join(STEP_SEMANTICS)}, got {semantics!r}")
+    values = checked_lengths(lengths, cost, config, patches)
+    strategy = "megatron_static_cp" if algo == RING else "deepspeed_ulysses"
+    return _homogeneous_plan(values, cost, config, patches, cp_degree, algo, strategy, started, semantics)
 
 
 def megatron_static_cp(

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 _TIME_RTOL = 1e-9
 IDLE = "idle"
 """Algo of a group of ranks that run nothing in a round (no samples, 0 ms)."""
+LOCKSTEP = "lockstep"
+"""Step semantics of FSDP: the ranks run every round together and pay each round's parameter traffic."""
+INDEPENDENT = "independent"
+"""Step semantics of DDP / the distributed optimizer: groups meet only at the step's gradient reduction."""
+STEP_SEMANTICS = (LOCKSTEP, INDEPENDENT)
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,20 @@ class SolverConfig:
     """Largest allowed number of rounds per step; None lets the planner choose."""
     allow_idle_ranks: bool = False
     """Let ranks sit a round out (`IDLE` groups) when a smaller group is faster than the ranks it
-    would otherwise be given (one short sample on many ranks). Off by default: the executor runs
-    every rank in a group of every round."""
+    would otherwise be given (one short sample on many ranks). Off by default. `fcp train` runs idle
+    ranks (they move on to their next round); under Megatron's schedule (the MindSpeed feature) every
+    rank runs every round, so its plans have none."""
 
     degrees: tuple[int, ...] | None = None
     """Group degrees the planner may use (ablations such as powers of two only); None: any."""
+    step_semantics: str = LOCKSTEP
+    """How the plan's rounds run (`step_time`). `INDEPENDENT`: the planner also weighs every static
+    layout run as independent replicas, whose short replicas sit the last rounds out (`IDLE` groups),
+    and keeps whichever finishes first when each group waits only for its own members."""
 
     def __post_init__(self) -> None:
+        if self.step_semantics not in STEP_SEMANTICS:
+            raise ValueError(f"step_semantics must be one of {', '.join(STEP_SEMANTICS)}, got {self.step_semantics!r}")
         if self.degrees is not None and (not self.degrees or any(
                 isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.degrees) or 1 not in self.degrees):
             raise ValueError(f"degrees must be positive ints including 1 (so every rank count can be tiled), "

@@ -13,12 +13,9 @@ Both add the optimizer step. A cost model without step figures prices the rounds
 from __future__ import annotations
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.solver.plan import Plan
+from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP, Plan
 
-LOCKSTEP = "lockstep"
-"""FSDP semantics: the ranks run every round together and pay each round's parameter traffic."""
-INDEPENDENT = "independent"
-"""DDP / distributed-optimizer semantics: one gradient reduction per step."""
+__all__ = ["INDEPENDENT", "LOCKSTEP", "dataflow_ms", "fsdp_step_ms", "replicas_step_ms", "step_lower_bound_ms", "step_ms"]
 
 
 def fsdp_step_ms(plan: Plan, cost: CostModel) -> float:
@@ -47,6 +44,16 @@ def replicas_step_ms(rounds_ms: float, cost: CostModel) -> float:
     if step is None:
         return rounds_ms
     return rounds_ms + step.replica_reduction_ms + step.optimizer_ms
+
+
+def step_ms(plan: Plan, cost: CostModel, semantics: str) -> float:
+    """Step time of `plan` under `semantics`: lockstep FSDP rounds, or (INDEPENDENT) groups that wait
+    only for their own members, then one gradient reduction."""
+    if semantics == LOCKSTEP:
+        return fsdp_step_ms(plan, cost)
+    if semantics == INDEPENDENT:
+        return replicas_step_ms(dataflow_ms(plan), cost)
+    raise ValueError(f"semantics must be {LOCKSTEP!r} or {INDEPENDENT!r}, got {semantics!r}")
 
 
 def step_lower_bound_ms(rounds_bound_ms: float, cost: CostModel, semantics: str) -> float:

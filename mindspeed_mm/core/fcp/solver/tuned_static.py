@@ -9,58 +9,25 @@ tries them all. Two execution semantics of the same layout:
 - independent replicas (DDP / distributed optimizer): a replica runs its micro-batches back to back
   and waits only at the step's gradient reduction, so the step lasts as long as the busiest
   replica, plus the reduction; the micro-batches are dealt to replicas longest first, each to the
-  least-loaded one.
+  least-loaded one (`static_layout.independent_rounds`).
 Both add the optimizer step (`step_time`).
 Tuning picks the (degree, algo) with the lowest total over the run's batches: it sees the very
 batches it is scored on, so it is, if anything, better than what a user could tune.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.solver.baselines import (
-    RING,
-    ULYSSES,
-    BaselineInfeasibleError,
-    deepspeed_ulysses,
-    megatron_static_cp,
-)
+from mindspeed_mm.core.fcp.solver.baselines import RING, ULYSSES, BaselineInfeasibleError, static_layout_plan
 from mindspeed_mm.core.fcp.solver.plan import Plan, SolverConfig
-from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, fsdp_step_ms, replicas_step_ms
+from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
+from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, step_ms
 
-
-def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: str) -> list[int]:
-    """Every degree a static layout of `algo` may use for a run whose longest sample is `longest`."""
-    first = cost.min_degree(int(longest))
-    return [d for d in range(first, config.degree_limit + 1)
-            if config.num_ranks % d == 0 and (algo != ULYSSES or cost.ulysses_supported(d))]
-
-
-def independent_replicas_ms(plan: Plan) -> float:
-    """Step time of a homogeneous plan when its replicas meet only at the gradient reduction: its
-    micro-batches dealt longest first to the least-loaded of the N / degree replicas."""
-    degree = plan.rounds[0].groups[0].degree
-    replicas = plan.num_ranks // degree
-    loads = [0.0] * replicas
-    heapq.heapify(loads)
-    for t in sorted((g.predicted_ms for r in plan.rounds for g in r.groups), reverse=True):
-        heapq.heappush(loads, heapq.heappop(loads) + t)
-    return max(loads)
-
-
-def static_step_ms(plan: Plan, semantics: str, cost: CostModel) -> float:
-    """Step time of a homogeneous plan under `semantics` (LOCKSTEP or INDEPENDENT), with the step's own
-    costs (`step_time`)."""
-    if semantics == LOCKSTEP:
-        return fsdp_step_ms(plan, cost)
-    if semantics == INDEPENDENT:
-        return replicas_step_ms(independent_replicas_ms(plan), cost)
-    raise ValueError(f"semantics must be {LOCKSTEP!r} or {INDEPENDENT!r}, got {semantics!r}")
+__all__ = ["INDEPENDENT", "LOCKSTEP", "TunedStatic", "static_degrees", "tune_static"]
 
 
 @dataclass(frozen=True)
@@ -89,13 +56,13 @@ def tune_static(
     longest = max(int(lengths.max()) for lengths, _ in batches)
     best: TunedStatic | None = None
     for algo in algos:
-        planner = megatron_static_cp if algo == RING else deepspeed_ulysses
         for degree in static_degrees(longest, cost, config, algo):
             try:
-                plans = tuple(planner(lengths, cost, config, patches, cp_degree=degree) for lengths, patches in batches)
+                plans = tuple(static_layout_plan(lengths, cost, config, patches, cp_degree=degree, algo=algo,
+                                                 semantics=semantics) for lengths, patches in batches)
             except BaselineInfeasibleError:
                 continue
-            steps = tuple(static_step_ms(p, semantics, cost) for p in plans)
+            steps = tuple(step_ms(p, cost, semantics) for p in plans)
             if best is None or sum(steps) < sum(best.step_ms):
                 best = TunedStatic(degree, algo, plans, steps)
     if best is None:

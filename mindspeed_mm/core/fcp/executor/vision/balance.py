@@ -14,6 +14,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.executor.vision.frames import split_group_vision
 from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ def plan_vision_balance(plan: Plan, layouts: Sequence[VideoSampleLayout]) -> Vis
     group_loads = []
     for r, round_plan in enumerate(plan.rounds):
         for group in round_plan.groups:
+            if group.algo == IDLE:
+                continue
             work = split_group_vision([layouts[s] for s in group.samples], list(group.samples), group.degree)
             loads = work.rank_patches
             rank_patches[r, list(group.ranks)] = loads

@@ -1,0 +1,159 @@
+"""Static DP x CP layouts: micro-batches of one CP degree and attention algo, on N / degree replicas.
+
+The micro-batches (`static_packs`) are the same under both step semantics; what differs is how the
+replicas run them:
+- lockstep rounds (`lockstep_rounds`, FSDP): every replica runs its r-th micro-batch in round r, so
+  the slowest micro-batches share a round;
+- independent replicas (`independent_rounds`, DDP): the micro-batches are dealt longest first to
+  the least-loaded replica and each replica runs its own back to back; round r holds every
+  replica's r-th micro-batch, and a replica with fewer sits the last rounds out (`IDLE` ranks).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver.baseline_common import (
+    ULYSSES,
+    BaselineInfeasibleError,
+    placed_group,
+    rank_block,
+    round_of,
+)
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
+from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, RoundPlan, SolverConfig
+
+
+@dataclass(frozen=True)
+class StaticPacks:
+    """The micro-batches of one batch under one static (degree, algo)."""
+
+    degree: int
+    """CP degree of every group."""
+    algo: str
+    """Attention algo of every group."""
+    packs: tuple[tuple[int, ...], ...]
+    """Sample indices of each micro-batch, ascending."""
+    pack_ms: tuple[float, ...]
+    """Time of each micro-batch on a group placed as compactly as the node allows."""
+    workloads: object
+    """The micro-batches' aggregated workloads (`WorkloadColumns.group_sums`), to re-price a group where it lands."""
+
+
+def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: str) -> list[int]:
+    """Every degree a static layout of `algo` may use for a run whose longest sample is `longest`."""
+    first = cost.min_degree(int(longest))
+    allowed = set(config.degrees) if config.degrees is not None else None
+    return [d for d in range(first, config.degree_limit + 1)
+            if config.num_ranks % d == 0 and (algo != ULYSSES or cost.ulysses_supported(d))
+            and (allowed is None or d in allowed)]
+
+
+def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int, replicas: int) -> list[list[int]]:
+    """Samples spread over rounds x replicas micro-batches of at most `capacity` tokens: the fewest
+    rounds whose micro-batches hold the batch, samples dealt longest-time first to the least-loaded
+    micro-batch with room (ties to the lowest index), so every micro-batch gets at least one sample."""
+    order = np.lexsort((np.arange(lengths.size), -lengths, -np.asarray(alone_ms))).tolist()
+    sizes = lengths.tolist()
+    fewest_packs = -(-int(lengths.sum()) // capacity)
+    rounds = max(1, -(-fewest_packs // replicas))
+    while True:
+        bins = rounds * replicas
+        if bins > lengths.size:
+            raise BaselineInfeasibleError(
+                f"{lengths.size} samples cannot give each of the {replicas} data-parallel replicas a "
+                f"micro-batch in each of {rounds} rounds"
+            )
+        packs = _least_loaded_with_room(order, sizes, alone_ms, capacity, bins)
+        if packs is not None:
+            return packs
+        rounds += 1
+
+
+def _least_loaded_with_room(order: list[int], sizes: list[int], alone_ms: Sequence[float], capacity: int,
+                            bins: int) -> list[list[int]] | None:
+    heap = [(0.0, b) for b in range(bins)]
+    tokens = [0] * bins
+    packs: list[list[int]] = [[] for _ in range(bins)]
+    for i in order:
+        full = []
+        while heap and tokens[heap[0][1]] + sizes[i] > capacity:
+            full.append(heapq.heappop(heap))
+        if not heap:
+            return None
+        load, b = heapq.heappop(heap)
+        packs[b].append(i)
+        tokens[b] += sizes[i]
+        heapq.heappush(heap, (load + alone_ms[i], b))
+        for entry in full:
+            heapq.heappush(heap, entry)
+    return packs
+
+
+def alone_times_ms(lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel, degree: int,
+                   algo: str) -> np.ndarray:
+    """Each sample's time alone on a group of `degree` running `algo`."""
+    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
+    return cost.group_time_table(columns, np.full((lengths.size, 1), degree, dtype=np.int64), algo)[:, 0]
+
+
+def static_packs(lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel, degree: int, algo: str,
+                 replicas: int, alone_ms: Sequence[float] | None = None) -> StaticPacks:
+    """The batch's micro-batches of at most degree x capacity tokens (`balanced_packs`), each priced;
+    `alone_ms`: `alone_times_ms`, when already known."""
+    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
+    if alone_ms is None:
+        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
+    alone_ms = np.asarray(alone_ms, dtype=np.float64).tolist()
+    packs = [tuple(sorted(p)) for p in balanced_packs(lengths, alone_ms, degree * cost.capacity_tokens, replicas)]
+    sizes = [len(p) for p in packs]
+    members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
+    sums = columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
+    pack_ms = cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0].tolist()
+    return StaticPacks(degree, algo, tuple(packs), tuple(pack_ms), sums)
+
+
+def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patches: Sequence[int] | None,
+           cost: CostModel, ranks_per_node: int) -> GroupPlan:
+    """Micro-batch k on the replica's block of ranks, re-priced when the block crosses a node boundary."""
+    degree, first = packs.degree, replica * packs.degree
+    if placed_node_part(first, degree, ranks_per_node) == compact_node_part(degree, ranks_per_node):
+        return GroupPlan(rank_block(replica, degree), degree, packs.algo, packs.packs[k], packs.pack_ms[k])
+    return placed_group(first, degree, packs.algo, packs.packs[k], lengths, patches, cost, ranks_per_node,
+                        packs.workloads.workload(k))
+
+
+def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
+                    cost: CostModel, ranks_per_node: int) -> list[RoundPlan]:
+    """Rounds of `replicas` micro-batches each; sorted chunks (slowest together) minimise the sum of the round maxima."""
+    order = sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k]))
+    return [round_of([_group(packs, k, j, lengths, patches, cost, ranks_per_node)
+                      for j, k in enumerate(order[i:i + replicas])])
+            for i in range(0, len(order), replicas)]
+
+
+def independent_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
+                       cost: CostModel, ranks_per_node: int) -> list[RoundPlan]:
+    """The micro-batches dealt longest first to the least-loaded replica; round r holds each replica's
+    r-th micro-batch, and a replica that has run all of its own leaves its ranks `IDLE`."""
+    heap = [(0.0, j) for j in range(replicas)]
+    dealt: list[list[int]] = [[] for _ in range(replicas)]
+    for k in sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k])):
+        load, j = heapq.heappop(heap)
+        dealt[j].append(k)
+        heapq.heappush(heap, (load + packs.pack_ms[k], j))
+    rounds = []
+    for r in range(max(len(d) for d in dealt)):
+        groups = []
+        for j, mine in enumerate(dealt):
+            if r < len(mine):
+                groups.append(_group(packs, mine[r], j, lengths, patches, cost, ranks_per_node))
+            else:
+                first = j * packs.degree
+                groups.extend(GroupPlan((rank,), 1, IDLE, (), 0.0) for rank in range(first, first + packs.degree))
+        rounds.append(round_of(groups))
+    return rounds

@@ -1,0 +1,99 @@
+"""Planning for replicas that meet once per step (`SolverConfig.step_semantics = INDEPENDENT`) and the
+static layouts it weighs (`solver.static_layout`)."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
+from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, static_layout_plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE
+from mindspeed_mm.core.fcp.solver.static_layout import balanced_packs, static_degrees
+from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, dataflow_ms, step_ms
+
+
+def _reference_packs(lengths, alone_ms, capacity, replicas):
+    """The packing rule written out plainly: per sample (longest time first), the least-loaded
+    micro-batch with room, lowest index on ties; one more round when a sample finds no room."""
+    order = sorted(range(len(lengths)), key=lambda i: (-alone_ms[i], -lengths[i], i))
+    rounds = max(1, -(-(-(-sum(lengths) // capacity)) // replicas))
+    while True:
+        bins = rounds * replicas
+        if bins > len(lengths):
+            return None
+        load, tokens, packs = [0.0] * bins, [0] * bins, [[] for _ in range(bins)]
+        for i in order:
+            room = [b for b in range(bins) if tokens[b] + lengths[i] <= capacity]
+            if not room:
+                break
+            b = min(room, key=lambda b: (load[b], b))
+            packs[b].append(i)
+            load[b] += alone_ms[i]
+            tokens[b] += lengths[i]
+        else:
+            return packs
+        rounds += 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_static_packer_follows_its_rule(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 60))
+    lengths = rng.integers(1, 900, size=n)
+    # Few distinct times, so that ties between loads really occur.
+    alone = rng.integers(1, 5, size=n).astype(float).tolist()
+    capacity = int(rng.integers(int(lengths.max()), 3000))
+    replicas = int(rng.integers(1, 5))
+    expected = _reference_packs(lengths.tolist(), alone, capacity, replicas)
+    if expected is None:
+        with pytest.raises(BaselineInfeasibleError, match="data-parallel replicas"):
+            balanced_packs(lengths, alone, capacity, replicas)
+    else:
+        assert balanced_packs(lengths, alone, capacity, replicas) == expected
+
+
+@pytest.mark.parametrize("workload,ranks", [("openvid", 16), ("bimodal", 16), ("imagevideo", 16),
+                                            ("internvid", 64), ("bimodal", 64)])
+def test_a_plan_for_independent_groups_is_never_slower_than_any_static_layout_or_the_lockstep_plan(workload, ranks):
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=ranks)
+    lockstep = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
+    independent = replace(lockstep, step_semantics=INDEPENDENT)
+    took_a_static_layout = 0
+    for seed in range(3):
+        lengths, patches = draw_lengths(workload, 8 * ranks, seed)
+        plan = plan_batch(lengths, cost, independent, patches)
+        validate_plan(plan, lengths, cost, patches, priced=True)
+        mine = step_ms(plan, cost, INDEPENDENT)
+        assert mine <= step_ms(plan_batch(lengths, cost, lockstep, patches), cost, INDEPENDENT) * (1 + 1e-12)
+        for algo in cost.algos:
+            for degree in static_degrees(int(lengths.max()), cost, lockstep, algo):
+                try:
+                    static = static_layout_plan(lengths, cost, lockstep, patches, cp_degree=degree, algo=algo,
+                                                semantics=INDEPENDENT)
+                except BaselineInfeasibleError:
+                    continue
+                assert mine <= step_ms(static, cost, INDEPENDENT) * (1 + 1e-12), (seed, algo, degree)
+        took_a_static_layout += "independent_replicas" in plan.extras
+    if (workload, ranks) == ("bimodal", 64):
+        assert took_a_static_layout, "on bimodal batches at 64 ranks some static replica layout wins"
+
+
+def test_the_lockstep_plan_is_the_default_and_never_leaves_ranks_idle():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    config = SolverConfig(64, ranks_per_node=cost.ranks_per_node)
+    assert config.step_semantics == LOCKSTEP
+    lengths, patches = draw_lengths("bimodal", 512, 4)
+    plan = plan_batch(lengths, cost, config, patches)
+    assert "independent_replicas" not in plan.extras
+    assert not any(g.algo == IDLE for r in plan.rounds for g in r.groups)
+    assert dataflow_ms(plan) <= plan.predicted_ms * (1 + 1e-12)
+
+
+def test_an_unknown_step_semantics_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match="step_semantics must be one of lockstep, independent"):
+        SolverConfig(8, step_semantics="async")
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8)
+    with pytest.raises(ValueError, match="semantics must be one of"):
+        static_layout_plan([100, 200], cost, SolverConfig(8), cp_degree=2, algo="ring", semantics="async")
