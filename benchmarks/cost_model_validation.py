@@ -3,7 +3,8 @@
 Each run profiles the device and, between its sweeps, runs the validation rounds: ring and
 Ulysses groups of degrees 1..4 on mixed packed batches, every rank busy, as in a training round.
 It prints the per-case table (predicted vs measured, error, spread) and the mean absolute
-percentage error, and writes the table, the report and the raw samples of every run to
+percentage error (and, from the same measurements, the error with the table's measured linear curve
+replaced by one slope per token), and writes the table, the report and the raw samples of every run to
 --output-dir. It takes more samples than a plain `fcp profile` and runs the validation passes
 between 8 sweeps, because on a shared host the noise and drift of both sides, not the model, set
 the floor of the error; several runs show how much the host's load moves the result.
@@ -20,6 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.profiler import (
     ProfileConfig,
     ValidationPlan,
@@ -66,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in report.lines():
             logger.info("%s", line)
         mapes.append(report.mape)
+        time = result.table.time
+        if time.linear_ms is not None:
+            sloped = CostModel(dataclasses.replace(result.table, time=dataclasses.replace(time, linear_ms=None)))
+            logger.info("run %d: MAPE %.1f%% with the measured linear curve, %.1f%% with one slope per token "
+                        "(the same measurements)", run, report.mape, report.repriced(sloped).mape)
     if len(mapes) > 1:
         logger.info("MAPE per run: %s (median %.1f%%)", ", ".join(f"{m:.1f}%" for m in mapes),
                     statistics.median(mapes))

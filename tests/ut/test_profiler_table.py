@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable, ProfileTableError
+from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.profiler.comm import CommSamples
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.measure import (
@@ -119,6 +120,9 @@ def test_every_figure_comes_from_the_measurements() -> None:
     assert t.linear_ms_per_token == pytest.approx(LAYER_MS)
     assert t.output_ms_per_token == pytest.approx(OUTPUT_MS)
     assert t.launch_ms == pytest.approx(LAUNCH_2)      # tiny has 2 layers: a_1 + (2 - 1)(a_2 - a_1)
+    # One layer's work above its fixed cost at each measured token count (affine here: slope x tokens).
+    assert t.linear_ms is not None and t.linear_ms.x == (64.0, 256.0, 1024.0)
+    np.testing.assert_allclose(t.linear_ms.y, [LAYER_MS * x for x in (64, 256, 1024)], rtol=1e-9)
     assert table.memory.activation_bytes_per_token == pytest.approx(ACTIVATION)
     assert table.memory.static_bytes == 2_000_000 and table.memory.workspace_bytes == 300_000_000
     assert table.hardware.device == "cpu" and table.hardware.ranks_per_node == 8
@@ -170,6 +174,10 @@ def test_round_trip_and_the_planner_accepts_a_measured_table(tmp_path: Path) -> 
     assert loaded.to_dict() == table.to_dict()
     doc = json.loads(path.read_text())
     assert doc["time"]["comm_overlap"] == 0.0 and "off_diagonal" in doc["time"]["attention_ms"]
+    assert doc["time"]["linear_ms"]["x"] == [64.0, 256.0, 1024.0]
+    doc["time"]["linear_ms"]["x"] = [256.0, 64.0, 1024.0]
+    with pytest.raises(ProfileTableError, match="time.linear_ms"):
+        ProfileTable.from_dict(doc)
     cost = CostModel(loaded, max_tokens_per_rank=256)
     lengths = [300, 40, 120, 33, 8, 700, 64, 15]
     config = SolverConfig(num_ranks=4, ranks_per_node=cost.ranks_per_node)
@@ -298,3 +306,24 @@ def test_compute_terms_follow_the_whole_decoder_and_links_do_not() -> None:
     for probe, ms in PARTS_MS.items():
         if slower[probe] == 1.2:
             assert float(cost.group_time_ms(cost.workload(list(probe)), 1, "ring")) == pytest.approx(1.2 * ms)
+
+
+def test_the_measured_linear_curve_prices_small_shards_as_measured() -> None:
+    """An affine curve prices every group as the per-token slope does; a curve measured slower at small
+    token counts makes groups whose ranks hold few tokens slower, and leaves large shards as they were."""
+    table = table_of()
+    curved, sloped = CostModel(table), CostModel(dataclasses.replace(table, time=dataclasses.replace(table.time,
+                                                                                                      linear_ms=None)))
+    small_slow = CostModel(dataclasses.replace(table, time=dataclasses.replace(
+        table.time, linear_ms=Grid((64.0, 256.0, 1024.0), (2 * LAYER_MS * 64, LAYER_MS * 256, LAYER_MS * 1024)))))
+    layers = table.model.layers
+    for lengths, degree in (([192], 3), ([100, 92], 3), ([2048], 1), ([64, 64], 2), ([900], 2)):
+        workload = curved.workload(lengths)
+        for algo in ("ring", "ulysses"):
+            base = float(sloped.group_time_ms(workload, degree, algo))
+            if not np.isfinite(base):
+                continue
+            assert float(curved.group_time_ms(workload, degree, algo)) == pytest.approx(base, rel=1e-12)
+            per_rank = sum(lengths) / degree
+            extra = layers * (LAYER_MS * 64 * (256 - per_rank) / 192 if per_rank < 256 else 0.0)
+            assert float(small_slow.group_time_ms(workload, degree, algo)) == pytest.approx(base + extra, rel=1e-9)

@@ -73,6 +73,14 @@ def test_report_takes_each_groups_slowest_rank_and_computes_the_error() -> None:
     lines = report.lines()
     assert lines[0].split()[:4] == ["round", "ranks", "d", "algo"]
     assert lines[-1].startswith(f"MAPE {report.mape:.1f}% over 3 cases (target <= 10%)")
+    # The same measurements against a slower linear term: every prediction grows, the measurements stay.
+    slow = CostModel(dataclasses.replace(cost.table, time=dataclasses.replace(
+        cost.table.time, linear_ms_per_token=3 * cost.table.time.linear_ms_per_token)))
+    again = report.repriced(slow)
+    assert [c.measured_ms for c in again.cases] == [c.measured_ms for c in report.cases]
+    assert all(a.predicted_ms > c.predicted_ms for a, c in zip(again.cases, report.cases))
+    assert [a.predicted_ms for a in again.cases] == [
+        float(slow.group_time_ms(slow.workload(list(g.lengths)), g.degree, g.algo)) for g in rounds[0].groups]
 
 
 def test_validation_settings_are_checked() -> None:

@@ -1,8 +1,8 @@
 """Scalar coefficients of the time model of one pipeline stage, derived once from a profile table.
 
 Assumptions (all stated here once):
-- The non-attention work of a layer (projections, MLP, norms, fixed-TP collectives) scales with
-  the tokens a rank holds; the table gives it per token, forward + backward.
+- The non-attention work of a layer (projections, MLP, norms, fixed-TP collectives) grows with
+  the tokens a rank holds: per token, or along the table's measured curve (`time.linear_ms`).
 - The attention core of one document of s tokens costs A(s) = alpha s^2 + beta s + gamma per
   layer (forward + backward), a fit of the table's grid for the model's mask (the causal grid
   carries the mask efficiency of about 1/2). A packed batch then needs only sum(s^2), sum(s) and
@@ -53,6 +53,12 @@ class StageCoefficients:
     """Attention time of all passes over one forward + backward: passes x fwd + bwd shares."""
     per_token_ms: float
     """Non-attention stage work (with recompute) plus output layer, ms per token."""
+    layer_linear: Grid | None
+    """One layer's non-attention work vs tokens per rank (the table's `linear_ms`); None: `per_token_ms`."""
+    layer_linear_scale: float
+    """Layers of the stage times the recompute factor of their non-attention work."""
+    output_ms_per_token: float
+    """Embedding + LM head + loss, ms per token."""
     per_patch_ms: float
     """Vision encoder (with recompute), ms per patch."""
     launch_ms: float
@@ -71,6 +77,12 @@ class StageCoefficients:
     """Bytes of one head of one token."""
     ranks_per_node: int
     """Ranks per node."""
+
+    def linear_ms(self, tokens_per_rank: np.ndarray) -> np.ndarray:
+        """Non-attention work of the stage plus the output layer on ranks holding `tokens_per_rank`."""
+        if self.layer_linear is None:
+            return self.per_token_ms * tokens_per_rank
+        return self.layer_linear_scale * self.layer_linear(tokens_per_rank) + self.output_ms_per_token * tokens_per_rank
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -96,6 +108,9 @@ class StageCoefficients:
             forward_passes=passes,
             attention_passes_scale=passes * attn_fwd + (1.0 - attn_fwd),
             per_token_ms=layers * tm.linear_ms_per_token * linear_scale + tm.output_ms_per_token,
+            layer_linear=tm.linear_ms,
+            layer_linear_scale=layers * linear_scale,
+            output_ms_per_token=tm.output_ms_per_token,
             per_patch_ms=tm.vision_ms_per_patch * linear_scale,
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),

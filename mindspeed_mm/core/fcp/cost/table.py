@@ -15,6 +15,9 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
   the model mask's grid divided by d.
 - `time.linear_ms_per_token`: forward + backward of everything else in one layer (projections,
   MLP, norms, TP collectives) per token.
+- `time.linear_ms` (optional): the same work against the tokens `x` a rank holds, above the
+  layer's fixed cost (which `launch_ms` carries): measured points, so that small shards, whose
+  kernels run below peak, cost what they cost. Absent: `linear_ms_per_token` x `x`.
 - `time.output_ms_per_token`: embedding, LM head and loss, forward + backward, per token.
 - `time.vision_ms_per_patch`: the whole vision encoder (and merger), forward + backward, per patch.
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
@@ -112,6 +115,7 @@ class ProfileTable:
                                     else {"ulysses": _grids_doc(t.attention_ulysses_ms)})},
                 "attention_backward_ratio": t.attention_backward_ratio,
                 "linear_ms_per_token": t.linear_ms_per_token,
+                **({} if t.linear_ms is None else {"linear_ms": t.linear_ms.to_dict()}),
                 "linear_backward_ratio": t.linear_backward_ratio,
                 "output_ms_per_token": t.output_ms_per_token,
                 "vision_ms_per_patch": t.vision_ms_per_patch,

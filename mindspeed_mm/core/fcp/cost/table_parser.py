@@ -26,7 +26,8 @@ _KEYS = {
               "vision"},
     "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch"},
     "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
-             "output_ms_per_token", "vision_ms_per_patch", "launch_ms", "p2p_ms", "all_to_all_ms", "comm_overlap"},
+             "output_ms_per_token", "vision_ms_per_patch", "launch_ms", "p2p_ms", "all_to_all_ms", "comm_overlap",
+             "linear_ms"},
     "time.attention_ms": {"causal", "full", "off_diagonal", "ulysses"},
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
@@ -187,6 +188,7 @@ class _Parser:
             p2p_by_group_size_ms=self.keyed_grids(p2p, "time.p2p_ms", "by_group_size"),
             all_to_all_by_group_size_ms=self.keyed_grids(a2a, "time.all_to_all_ms", "by_group_size"),
             attention_ulysses_ms=self.keyed_grids(attention, "time.attention_ms", "ulysses"),
+            linear_ms=None if "linear_ms" not in doc else self.grid(doc["linear_ms"], "time.linear_ms"),
         )
 
     def keyed_grids(self, doc: dict[str, Any], path: str, key: str) -> dict[int, Grid] | None:

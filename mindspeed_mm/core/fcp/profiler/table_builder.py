@@ -64,6 +64,19 @@ def linear_figures(config: ProfileConfig, decoder: dict[tuple[int, int], float])
     return per_layer, output, launch
 
 
+def linear_curve(config: ProfileConfig, decoder: dict[tuple[int, int], float]) -> Grid | None:
+    """One layer's non-attention work above its fixed cost at each measured token count: the 2-layer
+    decoder's time minus the 1-layer one's, less the fitted per-layer fixed cost (`linear_figures`),
+    so that the curve and `launch_ms` together count that cost once. None without a 2-layer probe."""
+    depths = probe_layers(config.model.layers)
+    if 2 not in depths:
+        return None
+    tokens = config.linear_tokens
+    (a1, _), (a2, _) = (fit_line(tokens, [decoder[(layers, t)] for t in tokens]) for layers in (1, 2))
+    fixed = a2 - a1
+    return _grid(tokens, [max(decoder[(2, t)] - decoder[(1, t)] - fixed, 0.0) for t in tokens], "linear")
+
+
 @dataclass(frozen=True)
 class CommTimes:
     """Summarised times of one exchange size, milliseconds (see `comm.CommSamples`)."""
@@ -136,6 +149,7 @@ def scaled_compute(time: TimeFigures, factor: float) -> TimeFigures:
         attention_ulysses_ms=None if time.attention_ulysses_ms is None
         else {degree: scaled(grid) for degree, grid in time.attention_ulysses_ms.items()},
         linear_ms_per_token=time.linear_ms_per_token * factor,
+        linear_ms=None if time.linear_ms is None else scaled(time.linear_ms),
         output_ms_per_token=time.output_ms_per_token * factor,
         launch_ms=time.launch_ms * factor,
     )
@@ -205,6 +219,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
                                             [ulysses[(degree, x)] for x in config.attention_lengths], "loglog")
                               for degree in sorted({d for d, _ in ulysses})} or None,
         comm_overlap=p2p_curve.overlap,
+        linear_ms=linear_curve(config, decoder),
         p2p_by_group_size_ms={size: curves[("p2p", size)].grid for size in range(2, config.world_size + 1)},
         all_to_all_by_group_size_ms={size: curves[("all_to_all", size)].grid
                                      for size in range(2, config.world_size + 1)},

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,11 @@ class ValidationReport:
     def mape(self) -> float:
         """Mean absolute percentage error over the cases."""
         return float(100.0 * np.mean([abs(c.error) for c in self.cases]))
+
+    def repriced(self, cost: CostModel) -> "ValidationReport":
+        """The same measurements against `cost`'s predictions (e.g. its table without one of its terms)."""
+        return dataclasses.replace(self, cases=tuple(
+            dataclasses.replace(c, predicted_ms=_predicted_ms(cost, c.group)) for c in self.cases))
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON document (every case with its passes)."""
@@ -305,11 +311,14 @@ def build_report(cost: CostModel, rounds: Sequence[ValidationRound], per_rank: S
     for index, r in enumerate(rounds):
         for group in r.groups:
             slowest = np.max([per_rank[rank][index] for rank in group.ranks], axis=0)
-            predicted = float(cost.group_time_ms(cost.workload(list(group.lengths)), group.degree, group.algo))
-            cases.append(CaseResult(index, group, predicted, summarize(slowest.tolist(), settings.statistic),
+            cases.append(CaseResult(index, group, _predicted_ms(cost, group), summarize(slowest.tolist(), settings.statistic),
                                     tuple(slowest.tolist())))
     return ValidationReport(tuple(cases), settings.statistic, settings.clock, settings.passes, seconds, load_before,
                             load_average())
+
+
+def _predicted_ms(cost: CostModel, group: ValidationGroup) -> float:
+    return float(cost.group_time_ms(cost.workload(list(group.lengths)), group.degree, group.algo))
 
 
 def validate(cost: CostModel, rounds: Sequence[ValidationRound], *, world_size: int,
