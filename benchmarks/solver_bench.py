@@ -30,6 +30,7 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, solve_exact, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, static_cp_degree
+from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP, STEP_SEMANTICS
 
 logger = logging.getLogger("solver_bench")
 PRESET = "a3-qwen3vl-8b"
@@ -74,9 +75,10 @@ class ScaleResult:
     batches: list[tuple[list[int], list[int]]] = field(default_factory=list)
 
 
-def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches: int) -> ScaleResult:
+def bench_scale(cost: CostModel, dataset: str, samples: int, ranks: int, batches: int,
+                semantics: str = LOCKSTEP) -> ScaleResult:
     result = ScaleResult(dataset, samples, ranks)
-    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
+    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node, step_semantics=semantics)
     timed = CostTimer(cost)
     warm_lengths, warm_patches = draw_lengths(dataset, samples, seed=10_000)
     plan_batch(warm_lengths.tolist(), cost, config, patches=warm_patches.tolist())  # first-call set-up
@@ -177,7 +179,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer batches and instances")
     parser.add_argument("--small-instances", type=int, default=None, help="random small instances (default 200)")
     parser.add_argument("--seed", type=int, default=2024, help="seed of the small instances")
+    parser.add_argument("--step-semantics", choices=STEP_SEMANTICS, default=LOCKSTEP,
+                        help="plan part 1 for lockstep rounds (FSDP, default) or independent groups (DDP)")
+    parser.add_argument("--parts", default="1,2,3", help="parts to run, e.g. 1 (default 1,2,3)")
     args = parser.parse_args()
+    parts = {int(p) for p in args.parts.split(",")}
+    if 2 in parts and args.step_semantics != LOCKSTEP:
+        parser.error("part 2 compares lockstep round times: run it with --step-semantics lockstep")
     logging.basicConfig(level=logging.WARNING)
 
     # The scales' presets shard the model state over the scale's ranks (the run's memory limit); the small
@@ -193,8 +201,8 @@ def main() -> None:
           + f" (state sharded over the ranks), {exact_cost.ranks_per_node} ranks/node; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
 
-    print("\n1. plan_batch on OpenVid / InternVid-like batches (vision patches included); times in ms, "
-          "CPU = process time")
+    print(f"\n1. plan_batch ({args.step_semantics} step semantics) on OpenVid / InternVid-like batches (vision "
+          "patches included); times in ms, CPU = process time")
     header = (f"{'dataset':<10} {'batch':>10} {'n':>3} {'cpu p50':>8} {'cpu p99':>8} {'wall p50':>8} "
               f"{'wall p99':>8} {'target':>6} {'cost %':>6} {'calls':>5} {'R':>5} {'plan/LB':>7} {'max':>6}")
     print(header)
@@ -202,7 +210,7 @@ def main() -> None:
     results = []
     for samples, ranks, batches in scales:
         for dataset in DATASETS:
-            r = bench_scale(costs[ranks], dataset, samples, ranks, batches)
+            r = bench_scale(costs[ranks], dataset, samples, ranks, batches, args.step_semantics)
             results.append(r)
             target = TARGETS_MS[(samples, ranks)]
             print(f"{dataset:<10} {f'{samples}x{ranks}':>10} {batches:>3} {_pct(r.cpu_ms, 50):>8.1f} "
@@ -210,6 +218,13 @@ def main() -> None:
                   f"{target:>6.0f} {100 * np.mean(r.cost_share):>5.0f}% {np.mean(r.cost_calls):>5.1f} "
                   f"{min(r.rounds)}-{max(r.rounds):<3} {np.mean(r.ratios):>7.3f} {max(r.ratios):>6.3f}")
 
+    if 2 in parts:
+        print_speedups(results, costs)
+    if 3 in parts:
+        print_exact_gap(exact_cost, small_count, args.seed)
+
+
+def print_speedups(results: list[ScaleResult], costs: dict[int, CostModel]) -> None:
     print("\n2. FCP against the baselines on the same batches: baseline step time / FCP step time "
           "(> 1: FCP faster)")
     names = list(BASELINES)
@@ -225,8 +240,10 @@ def main() -> None:
             if isinstance(v, str):
                 print(f"    {name}: {v}")
 
+
+def print_exact_gap(exact_cost: CostModel, small_count: int, seed: int) -> None:
     print(f"\n3. exact optimum vs planner on {small_count} random instances (<= 10 samples, <= 8 ranks)")
-    s = bench_small(exact_cost, small_count, args.seed)
+    s = bench_small(exact_cost, small_count, seed)
     gaps = s["gaps"]
     print(f"optimal: {s['optimal']}, infeasible (no plan exists): {s['infeasible']}, not proven in the time "
           f"limit: {s['not_proven']}")

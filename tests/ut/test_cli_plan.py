@@ -29,6 +29,23 @@ def test_plan_prints_rounds_totals_and_baselines(capsys: pytest.CaptureFixture[s
     assert "megatron_static_cp" in out and "FCP speedup" in out
 
 
+def test_plan_for_independent_groups_prints_their_step_time(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--dataset", "openvid", "--batch-size", "64", "--seed", "1", *SMALL]
+    assert main([*args, "--step-semantics", "independent", "--json"]) == 0
+    plan = Plan.from_json(json.loads(capsys.readouterr().out))
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8)
+    samples = generate_samples("openvid", 64, 1)
+    config = SolverConfig(8, ranks_per_node=cost.ranks_per_node, step_semantics="independent")
+    validate_plan(plan, samples.lengths, cost, samples.vision_patches, priced=True)
+    assert plan.digest() == plan_batch(samples.lengths, cost, config, samples.vision_patches).digest()
+    assert plan.extras["independent_replicas"] == {"cp_degree": 1, "algo": "ring"}   # not the lockstep plan
+    assert main([*args, "--step-semantics", "independent"]) == 0
+    out = capsys.readouterr().out
+    assert "ms with each group waiting only for its own members" in out
+    assert main([*args, "--step-semantics", "async"]) == 2
+    assert "--step-semantics: invalid choice: 'async'" in capsys.readouterr().err
+
+
 def test_plan_json_matches_the_planner(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--dataset", "openvid", "--batch-size", "40", "--seed", "5", "--json", *SMALL]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -7,6 +7,7 @@ from pathlib import Path
 from mindspeed_mm.core.fcp.cost import CostModel, ModelDoesNotFitError
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.solver import SolverConfig
+from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP, STEP_SEMANTICS
 from mindspeed_mm_fcp.options import add_cli_argument, positive_int
 
 DEFAULT_PRESET = "a3-qwen3vl-8b"
@@ -50,8 +51,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-idle-ranks",
         action="store_true",
-        help="let FCP leave ranks idle in a round when a smaller group is faster (planning and simulation "
-        "only: the executor runs every rank in every round)",
+        help="let FCP leave ranks idle in a round when a smaller group is faster (`fcp train` runs idle ranks; "
+        "under Megatron's schedule every rank runs every round)",
     )
 
 
@@ -78,9 +79,22 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
         raise ValueError(f"--preset {preset}: {err}") from None
 
 
-def solver_config_from_args(args: argparse.Namespace, cost: CostModel) -> SolverConfig:
+def add_step_semantics_argument(parser: argparse.ArgumentParser) -> None:
+    """--step-semantics (`fcp plan`; `fcp simulate` prices both semantics as strategies of their own)."""
+    parser.add_argument(
+        "--step-semantics",
+        choices=STEP_SEMANTICS,
+        default=LOCKSTEP,
+        help="how the rounds run: lockstep (FSDP, the MindSpeed feature; default) or independent (groups wait "
+        "only for their own members and the gradients are reduced once per step, as in fcp train: the plan may "
+        "then be a static layout run as independent replicas, with idle ranks)",
+    )
+
+
+def solver_config_from_args(args: argparse.Namespace, cost: CostModel, step_semantics: str = LOCKSTEP) -> SolverConfig:
     """The cluster shape from --ranks and --max-degree; the node size is the cost model's."""
     if args.max_degree is not None and args.max_degree > args.ranks:
         raise ValueError(f"--max-degree {args.max_degree} exceeds --ranks {args.ranks}")
     return SolverConfig(num_ranks=args.ranks, ranks_per_node=cost.ranks_per_node, max_degree=args.max_degree,
-                        allow_idle_ranks=args.allow_idle_ranks)
+                        allow_idle_ranks=args.allow_idle_ranks,
+                        step_semantics=step_semantics)

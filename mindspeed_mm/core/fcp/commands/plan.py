@@ -9,10 +9,12 @@ from typing import Sequence
 
 import numpy as np
 
+from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, dataflow_ms
 from mindspeed_mm.core.fcp.commands.options import (
     DEFAULT_PRESET,
     add_cluster_arguments,
     add_cost_arguments,
+    add_step_semantics_argument,
     cost_model_from_args,
     non_negative_int,
     positive_int,
@@ -48,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help="generator seed for --dataset (default 0)")
     add_cluster_arguments(parser)
+    add_step_semantics_argument(parser)
     add_cost_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON instead of text")
     parser.add_argument("--gantt", type=Path, metavar="PNG", help="also draw the plan (ranks x time) to this file")
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt is not None:
         check_image_path(args.gantt, "--gantt")
     cost = cost_model_from_args(args)
-    config = solver_config_from_args(args, cost)
+    config = solver_config_from_args(args, cost, args.step_semantics)
     lengths, patches, description = _batch(args)
     plan = plan_batch(lengths, cost, config, patches)
     if args.gantt is not None:
@@ -125,7 +128,13 @@ def run(args: argparse.Namespace) -> int:
     )
     for line in format_plan(plan, lengths):
         print(line)
-    print(f"predicted step time  {plan.predicted_ms:,.1f} ms over {plan.num_rounds} rounds")
+    print(f"predicted step time  {plan.predicted_ms:,.1f} ms over {plan.num_rounds} rounds in lockstep")
+    if config.step_semantics == INDEPENDENT:
+        layout = plan.extras.get("independent_replicas")
+        chosen = (f"static {layout['algo']} CP {layout['cp_degree']} as independent replicas" if layout
+                  else "FCP's rounds")
+        print(f"                     {dataflow_ms(plan):,.1f} ms with each group waiting only for its own "
+              f"members ({chosen})")
     print(f"lower bound          {plan.lower_bound_ms:,.1f} ms (plan / bound = {plan.gap_to_lower_bound:.3f})")
     print(f"planning time        {plan.solver_ms:.1f} ms")
     print(f"plan digest          {plan.digest()[:16]}")
