@@ -61,6 +61,7 @@ class FakeCostModel:
         self.table = table
         self.capacity_tokens = table.capacity_tokens if max_tokens_per_rank is None else max_tokens_per_rank
         self.ranks_per_node = table.ranks_per_node
+        self.step = None  # no step costs: plans are priced by their rounds only
         self.state_shard_ranks: int | None = None  # the fake's memory limit does not depend on the run's ranks
         self.heads = table.heads
         self.linear_ms_per_token = table.linear_ms_per_token

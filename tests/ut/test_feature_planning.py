@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from mindspeed_mm.core.fcp.executor.config import load_run_config
 from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
 from mindspeed_mm.core.fcp.executor.recalibration import PLAN_LAG, WARMUP_STEPS
+from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm.features_manager.fcp.planning import cost_model_from_args, plan_source_from_args, planner_from_args
 
@@ -24,7 +26,12 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_planner_from_args_matches_fcp_train_planner() -> None:
     config = load_run_config("tiny_qwen3_fcp")
-    expected = BatchPlanner.from_config(config, 4)
+    train = BatchPlanner.from_config(config, 4)
+    # fcp train reduces the gradients once per step and runs idle ranks; Megatron's schedule runs every rank
+    # through every micro-batch, so the feature plans lockstep rounds. Otherwise the two plan alike.
+    assert train.solver_config.step_semantics == INDEPENDENT
+    expected = dataclasses.replace(train, solver_config=dataclasses.replace(train.solver_config,
+                                                                             step_semantics=LOCKSTEP))
     planner = planner_from_args(parse("--fcp-preset", "cpu-tiny", "--fcp-max-tokens-per-rank", "48"), 4)
     assert planner.solver_config == expected.solver_config
     lengths = np.random.default_rng(3).integers(8, 190, size=12)

@@ -2,12 +2,15 @@
 import dataclasses
 import json
 
+import numpy as np
+
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.analytic import params_per_rank
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS, preset_table
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, ProfileTableError, StepFigures
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan
 from mindspeed_mm.core.fcp.solver.step_time import (
     INDEPENDENT,
@@ -102,3 +105,23 @@ def test_without_a_step_wide_collective_a_group_waits_only_for_its_own_members()
     # Ranks 2-3 start round 2 at 3 ms (rank 3's end), not at 10: they finish at 7; ranks 0-1 at 11.
     assert dataflow_ms(plan) == pytest.approx(11.0)
     assert dataflow_ms(plan) < plan.predicted_ms
+
+
+def test_under_fsdp_the_planner_counts_every_round_at_least_its_parameter_traffic():
+    """With a floor per round (FSDP's all-gathers and reduce-scatter), fewer, fuller rounds can be faster than
+    more, shorter ones: the planner compares round counts on the floored time, never doing worse."""
+    base = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=4, max_tokens_per_rank=4000)
+    no_step = CostModel(dataclasses.replace(base.table, step=None), max_tokens_per_rank=4000)
+    rng = np.random.default_rng(0)
+    fewer = 0
+    for _ in range(20):
+        lengths = rng.integers(200, 12000, size=int(rng.integers(3, 30))).tolist()
+        config = SolverConfig(4, ranks_per_node=8)
+        unfloored = plan_batch(lengths, no_step, config)
+        floor = 3 * unfloored.predicted_ms / unfloored.num_rounds
+        floored_cost = CostModel(dataclasses.replace(base.table, step=StepFigures(
+            optimizer_ms=0.0, fsdp_round_ms=floor, replica_reduction_ms=0.0)), max_tokens_per_rank=4000)
+        plan = plan_batch(lengths, floored_cost, config)
+        assert fsdp_step_ms(plan, floored_cost) <= fsdp_step_ms(unfloored, floored_cost) * (1 + 1e-9)
+        fewer += plan.num_rounds < unfloored.num_rounds
+    assert fewer >= 3

@@ -12,9 +12,11 @@ a few single-sample moves out of each round's slowest group (a budget of moves),
 plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
 groups that the moves left could relieve are within `polish_min_gain` of the next one.
 
-Planned for replicas that meet only at the gradient reduction (`SolverConfig.step_semantics`
-INDEPENDENT), the plan is then weighed against every static layout run as independent replicas, and
-the one whose groups finish first, each waiting only for its own members, is kept.
+Under FSDP (lockstep rounds) with step figures in the cost model, round counts are compared with each
+round counted at least its parameter traffic (`fsdp_round_ms`), the time it really takes. Planned for
+replicas that meet only at the gradient reduction (`SolverConfig.step_semantics` INDEPENDENT), the
+plan is then weighed against every static layout run as independent replicas, and the one whose
+groups finish first, each waiting only for its own members, is kept.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.baseline_common import BaselineInfeasibleError
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups, placed_node_part
-from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import (
     alone_times_ms,
     independent_rounds,
@@ -118,10 +120,13 @@ def plan_batch(
     longest = float(solver.alone_best_ms(undominated_samples(length_arr, patch_arr)).max())
     whole, empty = solver.whole_batch_ms()
     lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
+    # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
+    floor = cost.step.fsdp_round_ms if cost.step is not None and config.step_semantics == LOCKSTEP else 0.0
     if thorough:
-        best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3)
+        best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
+                            floor=floor)
     else:
-        best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound)
+        best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
 
     if config.allow_idle_ranks:
         best = [_with_idle_ranks(choice, cost, lengths, patch_list) for choice in best]
@@ -182,9 +187,10 @@ def _best_rounds(
     capacity: int,
     max_rounds: int | None,
     extra_rounds: int,
+    floor: float = 0.0,
 ) -> list[RoundChoice]:
     """Thorough search: solves the batch for several round counts, each with the LPT spread and the
-    fill spread, and keeps the lowest total predicted time."""
+    fill spread, and keeps the lowest total predicted time (each round counted at least `floor`)."""
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = _round_limit(lengths, max_rounds)
@@ -207,7 +213,7 @@ def _best_rounds(
                 continue
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
-                total = sum(r.makespan for r in solved)
+                total = sum(max(r.makespan, floor) for r in solved)
                 if best is None or total < best[0]:
                     best = (total, solved)
         count += 1
@@ -224,13 +230,15 @@ def _lean_rounds(
     capacity: int,
     max_rounds: int | None,
     lower_bound: float,
+    floor: float = 0.0,
 ) -> list[RoundChoice]:
     """Lean search for large batches. For the fewest rounds, every group size in the order of its
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
     rounds (else the LPT spread with one uniform start per round). Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
     estimate, promises better (or memory was tight with one round less). Each round of the winner is
-    then polished (`polish_round`), unless the plan is already within `_GOOD_ENOUGH` of the bound."""
+    then polished (`polish_round`), unless the plan is already within `_GOOD_ENOUGH` of the bound.
+    Totals count each round at least `floor`."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
@@ -249,7 +257,7 @@ def _lean_rounds(
         improved = False
         spread: list[list[int]] | None = None
         for estimate, size in sorted(zip(estimates, sizes)):
-            if best is not None and estimate * scale >= best[0]:
+            if best is not None and max(estimate * scale, count * floor) >= best[0]:
                 break
             starts = joint_starts(solver, count, size)
             if starts is None:
@@ -257,16 +265,17 @@ def _lean_rounds(
                     spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
                 starts = _per_round(spread, lambda samples: solver.uniform_start(samples, size))
             if starts is not None:
-                total = sum(start.makespan for start in starts)
+                rounds_ms = sum(start.makespan for start in starts)
+                total = sum(max(start.makespan, floor) for start in starts)
                 if best is None or total < best[0]:
                     best, best_size, improved = (total, starts), size, True
-                    calibration = total / estimate if estimate > 0 else 1.0
+                    calibration = rounds_ms / estimate if estimate > 0 else 1.0
         if best is None:
             # No uniform start fits: the other start groupings, per round of the LPT spread.
             spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
             starts = _per_round(spread, solver.start)
             if starts is not None:
-                best, improved = (sum(start.makespan for start in starts), starts), True
+                best, improved = (sum(max(start.makespan, floor) for start in starts), starts), True
         if best is not None and not improved:
             break
         count += 1
