@@ -78,11 +78,14 @@ class StageCoefficients:
     ranks_per_node: int
     """Ranks per node."""
 
-    def linear_ms(self, tokens_per_rank: np.ndarray) -> np.ndarray:
-        """Non-attention work of the stage plus the output layer on ranks holding `tokens_per_rank`."""
+    def non_attention_ms(self, tokens: np.ndarray, patches: np.ndarray, inv_degree: np.ndarray) -> np.ndarray:
+        """The stage's non-attention work, the output layer and the vision encoder on one rank of a group
+        sharing `tokens` and `patches` evenly (`inv_degree` = 1 / degree)."""
         if self.layer_linear is None:
-            return self.per_token_ms * tokens_per_rank
-        return self.layer_linear_scale * self.layer_linear(tokens_per_rank) + self.output_ms_per_token * tokens_per_rank
+            return inv_degree * (self.per_token_ms * tokens + self.per_patch_ms * patches)
+        per_rank = inv_degree * tokens
+        return (self.layer_linear_scale * self.layer_linear(per_rank) + self.output_ms_per_token * per_rank
+                + inv_degree * (self.per_patch_ms * patches))
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -96,7 +96,7 @@ class RingTimer:
             p_fwd += last_hop
         # The first step of each pass, the linear work and the launch cost.
         step *= c.attention_passes_scale
-        step += c.linear_ms(t.inv * w.total_tokens) + t.inv * (c.per_patch_ms * w.vision_patches)
+        step += c.non_attention_ms(w.total_tokens, w.vision_patches, t.inv)
         step += c.launch_ms
         step += p_fwd
         return step

@@ -90,7 +90,7 @@ class UlyssesTimer:
             inter = self._a2a.inter(self._inter_per_token * tokens)
             msgs = self._passes * np.where(self._single, 0.0, np.where(self._spans, np.maximum(intra, inter), intra))
         half = len(self._inv)
-        out = c.linear_ms(self._inv * tokens) + self._inv * (c.per_patch_ms * w.vision_patches)
+        out = c.non_attention_ms(tokens, w.vision_patches, self._inv)
         out += c.attention_passes_scale * (self._alpha * w.sum_sq_tokens + self._beta * tokens
                                            + self._gamma * w.num_docs)
         out += msgs[:, :half]

@@ -137,7 +137,7 @@ def plan_batch(
                     {"cross_node_groups": straddling, "cost_calls": solver.cost_calls,
                      "ranks_per_node": config.ranks_per_node})
     if config.step_semantics == INDEPENDENT:
-        plan = _fastest_with_independent_groups(plan, length_arr, patch_list, cost, config)
+        plan = _fastest_with_independent_groups(plan, length_arr, patch_list, cost, config, whole)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
@@ -150,32 +150,39 @@ def _plan_of(rounds: Sequence[RoundPlan], lower_bound: float, n_ranks: int, extr
 
 
 def _fastest_with_independent_groups(plan: Plan, lengths: np.ndarray, patches: list[int] | None,
-                                     cost: "CostModel", config: SolverConfig) -> Plan:
+                                     cost: "CostModel", config: SolverConfig, whole_ms: np.ndarray) -> Plan:
     """`plan`, or the static layout run as independent replicas (`static_layout.independent_rounds`)
     that finishes first when each group waits only for its own members (`dataflow_ms`): with one
     reduction per step, replicas that never wait for each other can beat rounds balanced in lockstep.
-    A layout is skipped when its slowest sample alone already takes longer than the best found."""
+
+    A layout is skipped, without packing its micro-batches, when it cannot win: its busiest replica
+    works at least the whole batch's time on one group of its degree (`whole_ms[d - 1]`, memory
+    ignored, the best algo; a group's time is subadditive in its samples) shared by its replicas, and
+    at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
     best, best_ms = plan, dataflow_ms(plan)
-    node = config.ranks_per_node
-    for algo in cost.algos:
-        for degree in static_degrees(int(lengths.max()), cost, config, algo):
-            replicas = config.num_ranks // degree
-            alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
-            if not alone_ms.max() < best_ms:
-                continue
-            try:
-                packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
-            except BaselineInfeasibleError:
-                continue
-            rounds = independent_rounds(packs, replicas, lengths, patches, cost, node)
-            straddling = sum(1 for r in rounds for g in r.groups if g.algo != IDLE and g.degree <= node
-                             and placed_node_part(g.ranks[0], g.degree, node) != compact_node_part(g.degree, node))
-            candidate = _plan_of(rounds, plan.lower_bound_ms, config.num_ranks,
-                                 {**plan.extras, "cross_node_groups": straddling,
-                                  "independent_replicas": {"cp_degree": degree, "algo": algo}})
-            candidate_ms = dataflow_ms(candidate)
-            if candidate_ms < best_ms:
-                best, best_ms = candidate, candidate_ms
+    node, n_ranks = config.ranks_per_node, config.num_ranks
+    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
+                     for d in static_degrees(int(lengths.max()), cost, config, algo))
+    for bound, degree, algo in layouts:
+        if not bound < best_ms:
+            break
+        replicas = n_ranks // degree
+        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
+        if not alone_ms.max() < best_ms:
+            continue
+        try:
+            packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
+        except BaselineInfeasibleError:
+            continue
+        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node)
+        straddling = sum(1 for r in rounds for g in r.groups if g.algo != IDLE and g.degree <= node
+                         and placed_node_part(g.ranks[0], g.degree, node) != compact_node_part(g.degree, node))
+        candidate = _plan_of(rounds, plan.lower_bound_ms, config.num_ranks,
+                             {**plan.extras, "cross_node_groups": straddling,
+                              "independent_replicas": {"cp_degree": degree, "algo": algo}})
+        candidate_ms = dataflow_ms(candidate)
+        if candidate_ms < best_ms:
+            best, best_ms = candidate, candidate_ms
     return best
 
 

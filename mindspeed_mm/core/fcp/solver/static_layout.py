@@ -76,10 +76,15 @@ def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int
 
 def _least_loaded_with_room(order: list[int], sizes: list[int], alone_ms: Sequence[float], capacity: int,
                             bins: int) -> list[list[int]] | None:
-    heap = [(0.0, b) for b in range(bins)]
-    tokens = [0] * bins
-    packs: list[list[int]] = [[] for _ in range(bins)]
-    for i in order:
+    # With positive times, and every sample fitting an empty bin, the first `bins` samples go to the
+    # empty bins in index order, so they skip the heap.
+    fast = min(alone_ms, default=0.0) > 0 and max(sizes, default=0) <= capacity
+    first = min(bins, len(order)) if fast else 0
+    packs: list[list[int]] = [[order[b]] if b < first else [] for b in range(bins)]
+    tokens = [sizes[order[b]] if b < first else 0 for b in range(bins)]
+    heap = [(float(alone_ms[order[b]]) if b < first else 0.0, b) for b in range(bins)]
+    heapq.heapify(heap)
+    for i in order[first:]:
         full = []
         while heap and tokens[heap[0][1]] + sizes[i] > capacity:
             full.append(heapq.heappop(heap))
