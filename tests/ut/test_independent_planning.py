@@ -7,10 +7,17 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
-from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
+from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, static_layout_plan
 from mindspeed_mm.core.fcp.solver.plan import IDLE
-from mindspeed_mm.core.fcp.solver.static_layout import balanced_packs, static_degrees
+from mindspeed_mm.core.fcp.solver.static_layout import (
+    balanced_packs,
+    busiest_replica_ms,
+    dealt_to_replicas,
+    independent_rounds,
+    static_degrees,
+    static_packs,
+)
 from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, dataflow_ms, step_ms
 
 
@@ -97,3 +104,19 @@ def test_an_unknown_step_semantics_is_refused_naming_the_option():
     cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8)
     with pytest.raises(ValueError, match="semantics must be one of"):
         static_layout_plan([100, 200], cost, SolverConfig(8), cp_degree=2, algo="ring", semantics="async")
+
+
+def test_the_busiest_replica_is_the_dataflow_time_of_compact_blocks_only():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=24)
+    lengths, patches = draw_lengths("openvid", 192, 1)
+    for degree, compact in ((4, True), (8, True), (3, False), (6, False)):
+        packs = static_packs(lengths, patches, cost, degree, "ring", 24 // degree)
+        dealt = dealt_to_replicas(packs, 24 // degree)
+        rounds = independent_rounds(packs, 24 // degree, lengths, patches, cost, 8, dealt)
+        plan = Plan(rounds=tuple(rounds), predicted_ms=sum(r.predicted_ms for r in rounds), lower_bound_ms=0.0,
+                    solver_ms=0.0, num_ranks=24)
+        busiest = busiest_replica_ms(packs, dealt, 8)
+        if compact:
+            assert busiest == pytest.approx(dataflow_ms(plan), rel=1e-12)
+        else:   # blocks across a node boundary pay the inter-node cost: only the rounds price them
+            assert busiest is None and dataflow_ms(plan) > max(sum(packs.pack_ms[k] for k in m) for m in dealt)

@@ -36,6 +36,8 @@ from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_grou
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import (
     alone_times_ms,
+    busiest_replica_ms,
+    dealt_to_replicas,
     independent_rounds,
     static_degrees,
     static_packs,
@@ -174,7 +176,11 @@ def _fastest_with_independent_groups(plan: Plan, lengths: np.ndarray, patches: l
             packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
         except BaselineInfeasibleError:
             continue
-        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node)
+        dealt = dealt_to_replicas(packs, replicas)
+        busiest = busiest_replica_ms(packs, dealt, node)
+        if busiest is not None and not busiest < best_ms:
+            continue
+        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node, dealt)
         straddling = sum(1 for r in rounds for g in r.groups if g.algo != IDLE and g.degree <= node
                          and placed_node_part(g.ranks[0], g.degree, node) != compact_node_part(g.degree, node))
         candidate = _plan_of(rounds, plan.lower_bound_ms, config.num_ranks,

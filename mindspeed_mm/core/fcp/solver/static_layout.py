@@ -141,16 +141,33 @@ def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patc
             for i in range(0, len(order), replicas)]
 
 
-def independent_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
-                       cost: CostModel, ranks_per_node: int) -> list[RoundPlan]:
-    """The micro-batches dealt longest first to the least-loaded replica; round r holds each replica's
-    r-th micro-batch, and a replica that has run all of its own leaves its ranks `IDLE`."""
+def dealt_to_replicas(packs: StaticPacks, replicas: int) -> list[list[int]]:
+    """Each replica's micro-batches: dealt longest first, each to the least-loaded replica."""
     heap = [(0.0, j) for j in range(replicas)]
     dealt: list[list[int]] = [[] for _ in range(replicas)]
     for k in sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k])):
         load, j = heapq.heappop(heap)
         dealt[j].append(k)
         heapq.heappush(heap, (load + packs.pack_ms[k], j))
+    return dealt
+
+
+def busiest_replica_ms(packs: StaticPacks, dealt: list[list[int]], ranks_per_node: int) -> float | None:
+    """The longest replica's work as dealt, when every replica's block is placed as compactly as the
+    node allows (its groups then cost `pack_ms`); None when some block crosses a node boundary."""
+    degree = packs.degree
+    if any(placed_node_part(j * degree, degree, ranks_per_node) != compact_node_part(degree, ranks_per_node)
+           for j in range(len(dealt))):
+        return None
+    return max(sum(packs.pack_ms[k] for k in mine) for mine in dealt)
+
+
+def independent_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
+                       cost: CostModel, ranks_per_node: int, dealt: list[list[int]] | None = None) -> list[RoundPlan]:
+    """The micro-batches dealt to the replicas (`dealt_to_replicas`, unless given); round r holds each
+    replica's r-th micro-batch, and a replica that has run all of its own leaves its ranks `IDLE`."""
+    if dealt is None:
+        dealt = dealt_to_replicas(packs, replicas)
     rounds = []
     for r in range(max(len(d) for d in dealt)):
         groups = []
