@@ -31,18 +31,9 @@ from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoFor
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
-from mindspeed_mm.core.fcp.solver.baseline_common import BaselineInfeasibleError
-from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups, placed_node_part
+from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
-from mindspeed_mm.core.fcp.solver.static_layout import (
-    alone_times_ms,
-    busiest_replica_ms,
-    dealt_to_replicas,
-    independent_rounds,
-    static_degrees,
-    static_packs,
-)
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart, SampleFacts, SearchLimits
@@ -135,61 +126,21 @@ def plan_batch(
     rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, lengths, patch_list, top)
                    for choice in best)
     straddling = sum(r[1] for r in rounds)
-    plan = _plan_of([r[0] for r in rounds], lower_bound, n_ranks,
-                    {"cross_node_groups": straddling, "cost_calls": solver.cost_calls,
-                     "ranks_per_node": config.ranks_per_node})
+    plan = Plan(
+        rounds=tuple(r[0] for r in rounds),
+        predicted_ms=float(sum(r[0].predicted_ms for r in rounds)),
+        lower_bound_ms=float(lower_bound),
+        solver_ms=0.0,
+        num_ranks=n_ranks,
+        extras={"cross_node_groups": straddling, "cost_calls": solver.cost_calls,
+                "ranks_per_node": config.ranks_per_node},
+    )
     if config.step_semantics == INDEPENDENT:
-        plan = _fastest_with_independent_groups(plan, length_arr, patch_list, cost, config, whole)
+        plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config, whole)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
     return plan
-
-
-def _plan_of(rounds: Sequence[RoundPlan], lower_bound: float, n_ranks: int, extras: dict[str, object]) -> Plan:
-    return Plan(rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
-                lower_bound_ms=float(lower_bound), solver_ms=0.0, num_ranks=n_ranks, extras=extras)
-
-
-def _fastest_with_independent_groups(plan: Plan, lengths: np.ndarray, patches: list[int] | None,
-                                     cost: "CostModel", config: SolverConfig, whole_ms: np.ndarray) -> Plan:
-    """`plan`, or the static layout run as independent replicas (`static_layout.independent_rounds`)
-    that finishes first when each group waits only for its own members (`dataflow_ms`): with one
-    reduction per step, replicas that never wait for each other can beat rounds balanced in lockstep.
-
-    A layout is skipped, without packing its micro-batches, when it cannot win: its busiest replica
-    works at least the whole batch's time on one group of its degree (`whole_ms[d - 1]`, memory
-    ignored, the best algo; a group's time is subadditive in its samples) shared by its replicas, and
-    at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
-    best, best_ms = plan, dataflow_ms(plan)
-    node, n_ranks = config.ranks_per_node, config.num_ranks
-    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
-                     for d in static_degrees(int(lengths.max()), cost, config, algo))
-    for bound, degree, algo in layouts:
-        if not bound < best_ms:
-            break
-        replicas = n_ranks // degree
-        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
-        if not alone_ms.max() < best_ms:
-            continue
-        try:
-            packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
-        except BaselineInfeasibleError:
-            continue
-        dealt = dealt_to_replicas(packs, replicas)
-        busiest = busiest_replica_ms(packs, dealt, node)
-        if busiest is not None and not busiest < best_ms:
-            continue
-        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node, dealt)
-        straddling = sum(1 for r in rounds for g in r.groups if g.algo != IDLE and g.degree <= node
-                         and placed_node_part(g.ranks[0], g.degree, node) != compact_node_part(g.degree, node))
-        candidate = _plan_of(rounds, plan.lower_bound_ms, config.num_ranks,
-                             {**plan.extras, "cross_node_groups": straddling,
-                              "independent_replicas": {"cp_degree": degree, "algo": algo}})
-        candidate_ms = dataflow_ms(candidate)
-        if candidate_ms < best_ms:
-            best, best_ms = candidate, candidate_ms
-    return best
 
 
 def _best_rounds(

@@ -1,0 +1,63 @@
+"""The plan for groups that meet only at the step's gradient reduction (DDP, `fcp train`):
+FCP's rounds, or a static layout run as independent replicas, whichever finishes first when every
+group waits only for its own members."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.solver.baseline_common import BaselineInfeasibleError
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
+from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan, SolverConfig
+from mindspeed_mm.core.fcp.solver.static_layout import (
+    alone_times_ms,
+    busiest_replica_ms,
+    dealt_to_replicas,
+    independent_rounds,
+    static_degrees,
+    static_packs,
+)
+from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms
+
+
+def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: list[int] | None,
+                                   cost: CostModel, config: SolverConfig, whole_ms: np.ndarray) -> Plan:
+    """`plan`, or the static layout run as independent replicas (`static_layout.independent_rounds`)
+    that finishes first when each group waits only for its own members (`dataflow_ms`): with one
+    reduction per step, replicas that never wait for each other can beat rounds balanced in lockstep.
+
+    A layout is skipped, without packing its micro-batches, when it cannot win: its busiest replica
+    works at least the whole batch's time on one group of its degree (`whole_ms[d - 1]`, memory
+    ignored, the best algo; a group's time is subadditive in its samples) shared by its replicas, and
+    at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
+    best, best_ms = plan, dataflow_ms(plan)
+    node, n_ranks = config.ranks_per_node, config.num_ranks
+    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
+                     for d in static_degrees(int(lengths.max()), cost, config, algo))
+    for bound, degree, algo in layouts:
+        if not bound < best_ms:
+            break
+        replicas = n_ranks // degree
+        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
+        if not alone_ms.max() < best_ms:
+            continue
+        try:
+            packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
+        except BaselineInfeasibleError:
+            continue
+        dealt = dealt_to_replicas(packs, replicas)
+        busiest = busiest_replica_ms(packs, dealt, node)
+        if busiest is not None and not busiest < best_ms:
+            continue
+        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node, dealt)
+        straddling = sum(1 for r in rounds for g in r.groups if g.algo != IDLE and g.degree <= node
+                         and placed_node_part(g.ranks[0], g.degree, node) != compact_node_part(g.degree, node))
+        candidate = replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
+                            extras={**plan.extras, "cross_node_groups": straddling,
+                                    "independent_replicas": {"cp_degree": degree, "algo": algo}})
+        candidate_ms = dataflow_ms(candidate)
+        if candidate_ms < best_ms:
+            best, best_ms = candidate, candidate_ms
+    return best
