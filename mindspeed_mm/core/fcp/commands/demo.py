@@ -97,8 +97,9 @@ def _print_plan_part(args: argparse.Namespace) -> None:
             continue
         speedup = report.speedup(DEMO_DATASET, fcp_counterpart(result.strategy, config.strategies),
                                  over=result.strategy)
-        verdict = "faster" if speedup >= 1.0 else "slower"
-        print(f"  {result.strategy:<24} {result.mean_iteration_ms:>10,.1f} ms   FCP {speedup:.3f}x ({verdict})")
+        shown = f"{speedup:.3f}"
+        verdict = "as fast" if shown == "1.000" else "faster" if speedup > 1.0 else "slower"
+        print(f"  {result.strategy:<24} {result.mean_iteration_ms:>10,.1f} ms   FCP {shown}x ({verdict})")
 
 
 def _train_part(args: argparse.Namespace) -> int:
