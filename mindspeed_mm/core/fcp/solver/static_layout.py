@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 from mindspeed_mm.core.fcp.solver.baseline_common import (
     ULYSSES,
     BaselineInfeasibleError,
@@ -40,7 +41,7 @@ class StaticPacks:
     """Sample indices of each micro-batch, ascending."""
     pack_ms: tuple[float, ...]
     """Time of each micro-batch on a group placed as compactly as the node allows."""
-    workloads: object
+    workloads: WorkloadColumns
     """The micro-batches' aggregated workloads (`WorkloadColumns.group_sums`), to re-price a group where it lands."""
 
 
