@@ -40,6 +40,7 @@ def least_loaded_assignment(
     # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
     # nothing when items may overflow). Bins with less are dropped for good when found without room.
     order_sizes = [sizes[i] for i in order]
+    order_weights = [weights[i] for i in order]
     if overflow or not order:
         useful = [-(1 << 62)] * len(order)
     else:
@@ -47,8 +48,7 @@ def least_loaded_assignment(
     out = []
     append = out.append
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for pos, i in enumerate(order):
-        size = order_sizes[pos]
+    for pos, (size, weight) in enumerate(zip(order_sizes, order_weights)):
         while by_room and -by_room[0][0] >= size:
             b = heappop(by_room)[1]
             heappush(by_load, (load[b], b))
@@ -58,7 +58,7 @@ def least_loaded_assignment(
             if left >= 0:
                 # Common case: the least-loaded bin has room (heap entries always hold current loads).
                 room[b] = left
-                least += weights[i] * scale[b]
+                least += weight * scale[b]
                 load[b] = least
                 append(b)
                 heapreplace(by_load, (least, b))
@@ -81,7 +81,7 @@ def least_loaded_assignment(
             heapq.heapify(by_load)
             heapq.heapify(by_room)
         append(chosen)
-        load[chosen] += weights[i] * scale[chosen]
+        load[chosen] += weight * scale[chosen]
         room[chosen] -= size
         if by_load and by_load[0][1] == chosen:
             heapreplace(by_load, (load[chosen], chosen))

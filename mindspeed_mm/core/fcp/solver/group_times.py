@@ -71,6 +71,14 @@ class SampleWorkloads:
         members = np.fromiter((i for g in groups for i in g), dtype=np.int64, count=sum(sizes))
         return self.assigned(members, np.repeat(np.arange(len(groups)), sizes), len(groups))
 
+    def each_group(self, groups: Sequence[Sequence[int]]) -> tuple[list[Any], list[int]]:
+        """(the workload of each packed batch as one object, as `CostModel.best_time_ms` takes it, and
+        their LLM tokens)."""
+        batches, tokens = self.groups(groups)
+        if isinstance(batches, WorkloadColumns):
+            return [batches.workload(k) for k in range(len(batches))], tokens.tolist()
+        return list(batches), tokens.tolist()
+
     def exchanged(self, groups: Sequence[Sequence[int]], rows: np.ndarray, minus: np.ndarray,
                   plus: np.ndarray) -> Any:
         """Workloads of changed groups, as `GroupTimer.evaluate` takes them: row k is group rows[k]
@@ -155,8 +163,8 @@ class GroupTimer:
             width = max(1, top - int(firsts_arr.min()) + 1)
         degrees = firsts_arr[:, None] + np.arange(width, dtype=np.int64)[None, :]
         clipped = firsts_arr.size > 0 and int(firsts_arr.max()) + width - 1 > top
-        beyond = degrees > top if clipped else np.zeros(degrees.shape, dtype=bool)
         if clipped:
+            beyond = degrees > top
             degrees = np.minimum(degrees, max(top, 1))
         times, algos = self.cost.best_time_table(
             workloads if isinstance(workloads, WorkloadColumns) else list(workloads), degrees)

@@ -10,7 +10,8 @@ smallest group that can doubles to fill them. The planner keeps whichever round 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import heapq
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -19,32 +20,38 @@ if TYPE_CHECKING:
 
 
 def aligned_degrees(
-    cost: "CostModel", workloads: Sequence[object], min_degrees: Sequence[int], num_ranks: int, top_degree: int,
+    cost: "CostModel", workloads: Any, min_degrees: Sequence[int], num_ranks: int, top_degree: int,
     ranks_per_node: int,
 ) -> tuple[list[int], list[float], list[str]] | None:
-    """(degrees, times, algos) of the groups on power-of-two degrees summing to `num_ranks`, or None
-    (node size not a power of two, or the aligned degrees do not fit)."""
+    """(degrees, times, algos) of the groups (`workloads` as `CostModel.best_time_table` takes them) on
+    power-of-two degrees summing to `num_ranks`, or None (node size not a power of two, or the aligned
+    degrees do not fit)."""
     if ranks_per_node & (ranks_per_node - 1):
         return None
     degrees = [1 << max(0, int(m) - 1).bit_length() for m in min_degrees]
     if sum(degrees) > num_ranks or max(degrees) > top_degree:
         return None
-
-    def best(k: int, degree: int) -> tuple[float, str]:
-        times, index = cost.best_time_ms(workloads[k], np.array([degree]))
-        return float(times[0]), cost.algos[int(index[0])]
-
-    chosen = [best(k, d) for k, d in enumerate(degrees)]
+    # Every group's times on its start degree and on each doubling up to the top degree, in one query
+    # (columns past the top degree are clipped to it and never read).
+    doublings = np.left_shift(1, np.arange(max(1, (top_degree // min(degrees)).bit_length())))
+    times, algos = cost.best_time_table(workloads, np.minimum(np.array(degrees)[:, None] * doublings, top_degree))
+    level = [0] * len(degrees)
     free = num_ranks - sum(degrees)
+    # Slowest group whose doubling fits first; on a tie the smaller group (cheaper to double), then
+    # the lower index. A group that does not fit never will: the free ranks only shrink.
+    slowest = [(-float(times[k, 0]), d, k) for k, d in enumerate(degrees)]
+    heapq.heapify(slowest)
     while free:
-        # Slowest group whose doubling fits; on a tie the smaller group (cheaper to double).
-        order = sorted(range(len(degrees)), key=lambda k: (-chosen[k][0], degrees[k], k))
-        k = next((k for k in order if degrees[k] <= free and 2 * degrees[k] <= top_degree), None)
-        if k is None:
+        while slowest and not (slowest[0][1] <= free and 2 * slowest[0][1] <= top_degree):
+            heapq.heappop(slowest)
+        if not slowest:
             return None
-        free -= degrees[k]
-        degrees[k] *= 2
-        chosen[k] = best(k, degrees[k])
-    if not all(np.isfinite(t) for t, _ in chosen):
+        _, degree, k = slowest[0]
+        free -= degree
+        degrees[k] = 2 * degree
+        level[k] += 1
+        heapq.heapreplace(slowest, (-float(times[k, level[k]]), degrees[k], k))
+    chosen = [float(times[k, j]) for k, j in enumerate(level)]
+    if not all(np.isfinite(chosen)):
         return None
-    return degrees, [t for t, _ in chosen], [a for _, a in chosen]
+    return degrees, chosen, [cost.algos[int(algos[k, j])] for k, j in enumerate(level)]

@@ -117,6 +117,8 @@ def _exact_packing(sizes: list[int], capacities: list[int]) -> list[int] | None:
     """
     distinct = sorted(set(sizes), reverse=True)
     counts = tuple(sizes.count(size) for size in distinct)
+    if not _large_items_have_hosts(distinct, counts, capacities):
+        return None
     failed: set[tuple[int, tuple[int, ...]]] = set()
     steps = 0
 
@@ -158,3 +160,23 @@ def _exact_packing(sizes: list[int], capacities: list[int]) -> list[int] | None:
             for _ in range(count):
                 assignment[queues[size].pop(0)] = b
     return assignment
+
+
+def _large_items_have_hosts(distinct: list[int], counts: tuple[int, ...], capacities: list[int]) -> bool:
+    """A necessary condition for an exact packing, cheap to check (it spares the search most packings
+    that have none): an item of size s sits in a bin of capacity c >= s whose other items sum to
+    c - s; an item larger than half of every bin shares its bin with no other item of its size, so
+    there must be at least as many bins able to host one as there are such items."""
+    widest = max(capacities, default=0)
+    mask = (1 << (widest + 1)) - 1
+    for size, count in zip(distinct, counts):
+        if 2 * size <= widest:
+            continue
+        reachable = 1   # bit r: some multiset of the other items sums to r
+        for other, available in zip(distinct, counts):
+            for _ in range(min(available - (other == size), widest // other)):
+                reachable = (reachable | reachable << other) & mask
+        hosts = sum(1 for c in capacities if c >= size and reachable >> (c - size) & 1)
+        if hosts < count:
+            return False
+    return True

@@ -122,9 +122,8 @@ def plan_batch(
         best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
 
     if config.allow_idle_ranks:
-        best = [_with_idle_ranks(choice, cost, lengths, patch_list) for choice in best]
-    rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, lengths, patch_list, top)
-                   for choice in best)
+        best = [_with_idle_ranks(choice, cost, workloads) for choice in best]
+    rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, workloads, top) for choice in best)
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
         rounds=tuple(r[0] for r in rounds),
@@ -273,38 +272,37 @@ def _no_plan(solver: RoundSolver, lengths: list[int], n_ranks: int, capacity: in
 
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",
-                  lengths: list[int], patches: list[int] | None, top_degree: int) -> tuple[RoundPlan, int]:
+                  workloads: SampleWorkloads, top_degree: int) -> tuple[RoundPlan, int]:
     """The round on contiguous rank ranges. A group placed across more nodes than the search assumed
     is re-priced (its algo re-chosen) where it landed; the same groups on node-aligned degrees
     (`node_repair`) replace the round when they are faster as placed."""
     groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
-    placed = _priced(groups, n_ranks, ranks_per_node, cost, lengths, patches)
+    placed = _priced(groups, n_ranks, ranks_per_node, cost, workloads)
     if placed[1] == 0 or any(g.algo == IDLE for g in choice.groups):
         return placed
-    workloads = [_group_workload(cost, g.samples, lengths, patches) for g in choice.groups]
-    mins = [cost.min_degree(sum(lengths[i] for i in g.samples)) for g in choice.groups]
-    aligned = aligned_degrees(cost, workloads, mins, n_ranks, top_degree, ranks_per_node)
+    group_workloads, tokens = workloads.groups([g.samples for g in choice.groups])
+    mins = [cost.min_degree(t) for t in tokens.tolist()]
+    aligned = aligned_degrees(cost, group_workloads, mins, n_ranks, top_degree, ranks_per_node)
     if aligned is not None:
         other = _priced([(d, a, g.samples, t) for d, t, a, g in zip(*aligned, choice.groups)], n_ranks,
-                        ranks_per_node, cost, lengths, patches)
+                        ranks_per_node, cost, workloads)
         if other[0].predicted_ms < placed[0].predicted_ms:
             return other
     return placed
 
 
-def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", lengths: list[int],
-                     patches: list[int] | None) -> RoundChoice:
+def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", workloads: SampleWorkloads) -> RoundChoice:
     """Each group on the degree, up to the ranks it was given, where it runs fastest; the ranks it
     then leaves sit the round out as 1-rank idle groups."""
     kept: list[GroupChoice] = []
     idle = 0
-    for g in choice.groups:
-        first = cost.min_degree(sum(lengths[i] for i in g.samples))
+    group_workloads, tokens = workloads.each_group([g.samples for g in choice.groups])
+    for g, workload, held in zip(choice.groups, group_workloads, tokens):
+        first = cost.min_degree(held)
         if g.degree <= first:
             kept.append(g)
             continue
-        times, index = cost.best_time_ms(_group_workload(cost, g.samples, lengths, patches),
-                                         np.arange(first, g.degree + 1))
+        times, index = cost.best_time_ms(workload, np.arange(first, g.degree + 1))
         k = int(np.argmin(times))
         if not times[k] < g.predicted_ms * (1 - 1e-9):
             kept.append(g)
@@ -318,22 +316,20 @@ def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", lengths: list[int],
 
 
 def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int, ranks_per_node: int,
-            cost: "CostModel", lengths: list[int], patches: list[int] | None) -> tuple[RoundPlan, int]:
+            cost: "CostModel", workloads: SampleWorkloads) -> tuple[RoundPlan, int]:
     """(degree, algo, samples, time) groups placed, each priced where it landed; and the count of
     groups that fit a node but cross a node boundary."""
     placement = place_groups([g[0] for g in groups], n_ranks, ranks_per_node)
+    moved = [k for k, (degree, algo, _, _) in enumerate(groups)
+             if algo != IDLE and placement.node_parts[k] != compact_node_part(degree, ranks_per_node)]
+    moved_workloads = dict(zip(moved, workloads.each_group([groups[k][2] for k in moved])[0]))
     out = []
     for start, k in sorted(zip(placement.starts, range(len(groups)))):  # by first rank
         degree, algo, samples, predicted = groups[k]
-        part = placement.node_parts[k]
-        if algo != IDLE and part != compact_node_part(degree, ranks_per_node):
-            predicted, algo = cost.best_placed_time_ms(_group_workload(cost, samples, lengths, patches), degree, part)
+        if k in moved_workloads:
+            predicted, algo = cost.best_placed_time_ms(moved_workloads[k], degree, placement.node_parts[k])
         out.append(GroupPlan(tuple(range(start, start + degree)), degree, algo, samples, predicted))
     return RoundPlan(tuple(out), max(g.predicted_ms for g in out)), placement.straddling
-
-
-def _group_workload(cost: "CostModel", samples: Sequence[int], lengths: list[int], patches: list[int] | None):
-    return cost.workload([lengths[i] for i in samples], None if patches is None else [patches[i] for i in samples])
 
 
 def _sample_facts(

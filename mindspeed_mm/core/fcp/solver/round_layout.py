@@ -83,11 +83,11 @@ class RoundSolver:
         uniform ones of these group sizes (default the limits'), plus the other start groupings when
         the limits ask for them or when no uniform one fits."""
         degrees = self.limits.uniform_degrees if degrees is None else degrees
-        found = [start for candidate in start_assignments(self, sample_ids, degrees, self.limits.packing_starts)
-                 if (start := self.evaluated(*candidate)) is not None]
+        candidates = list(start_assignments(self, sample_ids, degrees, self.limits.packing_starts))
+        found = [start for start in self.evaluated_together(candidates) if start is not None]
         if not found and not self.limits.packing_starts:
-            found = [start for candidate in start_assignments(self, sample_ids, (), True)
-                     if (start := self.evaluated(*candidate)) is not None]
+            candidates = list(start_assignments(self, sample_ids, (), True))
+            found = [start for start in self.evaluated_together(candidates) if start is not None]
         return sorted(found, key=lambda start: start.makespan)
 
     def uniform_start(self, sample_ids: Sequence[int], degree: int) -> RoundStart | None:
@@ -170,9 +170,11 @@ class RoundSolver:
         spare = self.num_ranks - int(start.min_degrees.sum())
         return self._chosen(groups, start.times, realise(start.times, spare, start.makespan))
 
-    def evaluated(self, members: np.ndarray, owners: np.ndarray, count: int) -> RoundStart | None:
+    def evaluated(self, members: np.ndarray, owners: np.ndarray, count: int,
+                  window: int | None = None) -> RoundStart | None:
         """The grouping given by (members, owners) with its optimal degree split, None when it cannot
-        fit. Times come straight from the batched workloads of the groups (no per-group objects)."""
+        fit. Times come straight from the batched workloads of the groups (no per-group objects); the
+        degree window starts at `window` (default `_initial_window`)."""
         if count > self.num_ranks:
             return None
         workloads, tokens = self.facts.workloads.assigned(members, owners, count)
@@ -180,7 +182,7 @@ class RoundSolver:
         spare = self.num_ranks - int(mins.sum())
         if spare < 0 or int(mins.max()) > self.top_degree:
             return None
-        window = self._initial_window(count)
+        window = self._initial_window(count) if window is None else window
         while True:
             width = min(spare + 1, window)
             times, algos = self.timer.evaluate(workloads, mins, self.top_degree, width)
@@ -190,6 +192,49 @@ class RoundSolver:
             if width > spare or not at_window_edge(times, makespan):
                 return RoundStart(members, owners, makespan, window, mins, times, algos)
             window *= 2
+
+    def evaluated_together(self, groupings: Sequence[tuple[np.ndarray, np.ndarray, int]]) -> list[RoundStart | None]:
+        """`evaluated` of each (members, owners, count) grouping, the groups of all of them timed in
+        one cost-model query (the per-query overhead dominates at these sizes); a grouping whose split
+        reaches its window's edge goes on alone with the doubled window, as in `evaluated`."""
+        if len(groupings) <= 1:
+            return [self.evaluated(*grouping) for grouping in groupings]
+        counts = [count for _, _, count in groupings]
+        offsets = np.cumsum([0, *counts])
+        members = np.concatenate([m for m, _, _ in groupings])
+        owners = np.concatenate([o + offsets[k] for k, (_, o, _) in enumerate(groupings)])
+        workloads, tokens = self.facts.workloads.assigned(members, owners, int(offsets[-1]))
+        mins = np.maximum(1, -(-tokens // self.capacity_tokens))
+        shapes: list[tuple[int, int, int] | None] = []   # (spare ranks, window, width) of groupings that fit
+        for k, count in enumerate(counts):
+            own = mins[offsets[k]:offsets[k + 1]]
+            spare = self.num_ranks - int(own.sum())
+            fits = count <= self.num_ranks and spare >= 0 and int(own.max()) <= self.top_degree
+            window = self._initial_window(count)
+            shapes.append((spare, window, min(spare + 1, window)) if fits else None)
+        widths = [shape[2] for shape in shapes if shape is not None]
+        if not widths:
+            return [None] * len(groupings)
+        # Every (group, degree) time is computed on its own, so the wider query holds the same values.
+        times, algos = self.timer.evaluate(workloads, mins, self.top_degree, max(widths))
+        out: list[RoundStart | None] = []
+        for k, shape in enumerate(shapes):
+            if shape is None:
+                out.append(None)
+                continue
+            spare, window, width = shape
+            rows = slice(offsets[k], offsets[k + 1])
+            own_times = times[rows, :width]
+            makespan = optimal_makespan(own_times, spare)
+            if not math.isfinite(makespan):
+                out.append(None)
+            elif width > spare or not at_window_edge(own_times, makespan):
+                own_members, own_owners, _ = groupings[k]
+                out.append(RoundStart(own_members, own_owners, makespan, window, mins[rows], own_times,
+                                      algos[rows, :width]))
+            else:
+                out.append(self.evaluated(*groupings[k], window=2 * window))
+        return out
 
     def by_work(self, sample_ids: Sequence[int]) -> np.ndarray:
         """The samples, most device time first (ties: lowest index)."""

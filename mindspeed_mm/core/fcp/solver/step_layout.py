@@ -6,7 +6,7 @@ the rounds have beside those form groups of g ranks. The other samples are sprea
 groups in one least-loaded pass. The groups are then ranked by time and dealt to the rounds in that
 order, so that the slowest groups share a round: the step takes the sum of the round makespans,
 and a round whose slowest group is set by an unsplittable long sample is best filled with the other
-slow groups. Each round then gets its optimal degrees (`RoundSolver.evaluated`).
+slow groups. Each round then gets its optimal degrees (`RoundSolver.evaluated_together`).
 
 A cheap estimate of every size's step time (`step_estimates`) orders the sizes to try and skips
 those that cannot win.
@@ -136,7 +136,7 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
     if rest:
         load += np.bincount(slot_of[len(own):], weights=weight_array[rest_ids], minlength=slots) * np.asarray(scales)
     round_of = _deal(load, widths, np.bincount(slot_of, minlength=slots) > 0, rounds, solver.num_ranks)[slot_of]
-    starts = []
+    groupings = []
     for r in range(rounds):
         here = round_of == r
         if not here.any():
@@ -145,11 +145,9 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int) -> list[RoundSta
         # The round's groups renumbered 0, 1, ... in slot order.
         used = np.bincount(slots_here, minlength=slots) > 0
         owners = (np.cumsum(used) - 1)[slots_here]
-        start = solver.evaluated(members[here], owners, int(np.count_nonzero(used)))
-        if start is None:
-            return None
-        starts.append(start)
-    return starts
+        groupings.append((members[here], owners, int(np.count_nonzero(used))))
+    starts = solver.evaluated_together(groupings)
+    return None if any(start is None for start in starts) else starts
 
 
 def _deal(load: np.ndarray, widths: list[int], filled: np.ndarray, rounds: int, num_ranks: int) -> np.ndarray:
