@@ -85,6 +85,10 @@ class FakeCostModel:
         k = int(np.argmin(times))
         return times[k], self.algos[k]
 
+    def best_placed_time_table(self, workloads: Sequence[FakeWorkload], degrees, node_parts):
+        chosen = [self.best_placed_time_ms(w, d, p) for w, d, p in zip(workloads, degrees, node_parts)]
+        return np.array([t for t, _ in chosen]), [a for _, a in chosen]
+
     def min_degree(self, tokens: int) -> int:
         return max(1, -(-int(tokens) // self.capacity_tokens))
 

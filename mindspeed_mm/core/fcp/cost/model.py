@@ -228,9 +228,29 @@ class CostModel:
     def best_placed_time_ms(self, workload: GroupWorkload, degree: int, node_part: int) -> tuple[float, str]:
         """(time, algo) of the fastest of `self.algos` for one placed group (`group_time_ms`'s
         `node_part`); on equal times the earlier algo wins."""
-        times = [float(self.group_time_ms(workload, degree, algo, node_part=node_part)) for algo in self.algos]
-        k = int(np.argmin(times))
-        return times[k], self.algos[k]
+        times, algos = self.best_placed_time_table([workload], [degree], [node_part])
+        return float(times[0]), algos[0]
+
+    def best_placed_time_table(self, workloads: Sequence[GroupWorkload] | WorkloadColumns, degrees: Sequence[int],
+                               node_parts: Sequence[int]) -> tuple[np.ndarray, list[str]]:
+        """`best_placed_time_ms` of many placed groups at once: workload k on degrees[k] ranks,
+        node_parts[k] of them on its emptiest node. Returns (times [K], the algo of each)."""
+        columns = workloads if isinstance(workloads, WorkloadColumns) else WorkloadColumns.stack(workloads)
+        d_int, _ = _degree_vector(np.asarray(degrees, dtype=np.int64))
+        parts = np.asarray(node_parts, dtype=np.int64)
+        if not len(columns) == d_int.size == parts.size:
+            raise ValueError(f"{len(columns)} workloads, {d_int.size} degrees and {parts.size} node parts")
+        times = np.empty((d_int.size, len(self.algos)))
+        for part in np.unique(parts).tolist():
+            rows = np.flatnonzero(parts == part)
+            placed = WorkloadColumns(columns.values[rows])
+            d_rows = d_int[rows, None]
+            for k, algo in enumerate(self.algos):
+                algo_times = self._algo_times(placed, d_rows, algo, node_part=part)
+                self._mask_memory(placed, d_rows, algo_times)
+                times[rows, k] = algo_times[:, 0]
+        best = np.argmin(times, axis=1)
+        return times[np.arange(d_int.size), best], [self.algos[k] for k in best.tolist()]
 
     def group_time_table(self, columns: WorkloadColumns, degrees: np.ndarray, algo: str) -> np.ndarray:
         """`group_time_ms` of many workloads for one algo: row k of `degrees` (an int [K, W] matrix)

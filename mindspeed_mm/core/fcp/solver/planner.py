@@ -322,12 +322,17 @@ def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int,
     placement = place_groups([g[0] for g in groups], n_ranks, ranks_per_node)
     moved = [k for k, (degree, algo, _, _) in enumerate(groups)
              if algo != IDLE and placement.node_parts[k] != compact_node_part(degree, ranks_per_node)]
-    moved_workloads = dict(zip(moved, workloads.each_group([groups[k][2] for k in moved])[0]))
+    repriced: dict[int, tuple[float, str]] = {}
+    if moved:
+        times, algos = cost.best_placed_time_table(workloads.groups([groups[k][2] for k in moved])[0],
+                                                   [groups[k][0] for k in moved],
+                                                   [placement.node_parts[k] for k in moved])
+        repriced = dict(zip(moved, zip(times.tolist(), algos)))
     out = []
     for start, k in sorted(zip(placement.starts, range(len(groups)))):  # by first rank
         degree, algo, samples, predicted = groups[k]
-        if k in moved_workloads:
-            predicted, algo = cost.best_placed_time_ms(moved_workloads[k], degree, placement.node_parts[k])
+        if k in repriced:
+            predicted, algo = repriced[k]
         out.append(GroupPlan(tuple(range(start, start + degree)), degree, algo, samples, predicted))
     return RoundPlan(tuple(out), max(g.predicted_ms for g in out)), placement.straddling
 
