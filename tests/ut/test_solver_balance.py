@@ -32,7 +32,13 @@ def test_matches_the_plain_rule_on_random_instances():
         slack = rng.uniform(0.9, 3.0)
         rooms = rng.integers(50, 100 + int(slack * sum(sizes) / bins), size=bins).tolist()
         scales = (1.0 / rng.integers(1, 5, size=bins)).tolist()
-        loads = rng.uniform(0, 5, size=bins).round(1).tolist()
+        # Equal starting loads (the first wave without a heap), one so large that small weights do
+        # not raise it, or distinct ones; some zero weights, which raise nothing.
+        kind = case % 4
+        loads = ([0.0] * bins if kind == 0 else [1e20] * bins if kind == 1 else [2.5] * bins if kind == 2
+                 else rng.uniform(0, 5, size=bins).round(1).tolist())
+        if case % 5 == 0:
+            weights = [w if rng.random() < 0.8 else 0.0 for w in weights]
         order = sorted(range(n), key=lambda i: (-weights[i], i))
         expected = _plain(order, weights, sizes, rooms, scales, loads)
         got = least_loaded_assignment(order, weights, sizes, rooms, scales, loads)

@@ -1,7 +1,9 @@
 """Longest-processing-time assignment with memory: each item, in the given order, goes to the bin
 with the least load among those with room for it (ties: lowest bin index).
 
-Shared by the round spread and the groupings of a round. Two heaps keep it O(log bins) per step:
+Shared by the round spread, the groupings of a round and the static layouts' micro-batches. Bins
+that all start at one load take the first items one each, in index order, without a heap (each
+item raises its bin above the untouched ones). Then two heaps keep it O(log bins) per step:
 bins with room for the current item sit in a heap by load; a bin found without room moves to a heap
 by room, and moves back as soon as an item small enough arrives. A bin without room for any remaining
 item is dropped for good once found without room. Every bin with room for the current item is in the
@@ -34,21 +36,33 @@ def least_loaded_assignment(
     room = [int(r) for r in rooms]
     load = [0.0] * bins if loads is None else [float(x) for x in loads]
     scale = [1.0] * bins if scales is None else [float(x) for x in scales]
+    order_sizes = [sizes[i] for i in order]
+    order_weights = [weights[i] for i in order]
+    out: list[int] = []
+    # First wave: bins that all start at one load take the first items one each, in index order,
+    # while every item raises its bin's load and fits: the next untouched bin is then the least loaded.
+    wave = 0
+    if len(set(load)) == 1:
+        for size, weight in zip(order_sizes[:bins], order_weights[:bins]):
+            raised = load[wave] + weight * scale[wave]
+            if not (raised > load[wave] and room[wave] >= size):
+                break
+            room[wave] -= size
+            load[wave] = raised
+            out.append(wave)
+            wave += 1
     by_load = [(load[b], b) for b in range(bins)]
     heapq.heapify(by_load)
     by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
     # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
     # nothing when items may overflow). Bins with less are dropped for good when found without room.
-    order_sizes = [sizes[i] for i in order]
-    order_weights = [weights[i] for i in order]
     if overflow or not order:
         useful = [-(1 << 62)] * len(order)
     else:
         useful = list(accumulate(reversed(order_sizes), min))[::-1]
-    out = []
     append = out.append
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for pos, (size, weight) in enumerate(zip(order_sizes, order_weights)):
+    for pos, (size, weight) in enumerate(zip(order_sizes[wave:], order_weights[wave:]), start=wave):
         while by_room and -by_room[0][0] >= size:
             b = heappop(by_room)[1]
             heappush(by_load, (load[b], b))

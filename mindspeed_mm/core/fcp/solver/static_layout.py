@@ -25,6 +25,7 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     rank_block,
     round_of,
 )
+from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, RoundPlan, SolverConfig
 
@@ -69,35 +70,13 @@ def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int
                 f"{lengths.size} samples cannot give each of the {replicas} data-parallel replicas a "
                 f"micro-batch in each of {rounds} rounds"
             )
-        packs = _least_loaded_with_room(order, sizes, alone_ms, capacity, bins)
-        if packs is not None:
+        chosen = least_loaded_assignment(order, alone_ms, sizes, [capacity] * bins)
+        if chosen is not None:
+            packs: list[list[int]] = [[] for _ in range(bins)]
+            for i, b in zip(order, chosen):
+                packs[b].append(i)
             return packs
         rounds += 1
-
-
-def _least_loaded_with_room(order: list[int], sizes: list[int], alone_ms: Sequence[float], capacity: int,
-                            bins: int) -> list[list[int]] | None:
-    # With positive times, and every sample fitting an empty bin, the first `bins` samples go to the
-    # empty bins in index order, so they skip the heap.
-    fast = min(alone_ms, default=0.0) > 0 and max(sizes, default=0) <= capacity
-    first = min(bins, len(order)) if fast else 0
-    packs: list[list[int]] = [[order[b]] if b < first else [] for b in range(bins)]
-    tokens = [sizes[order[b]] if b < first else 0 for b in range(bins)]
-    heap = [(float(alone_ms[order[b]]) if b < first else 0.0, b) for b in range(bins)]
-    heapq.heapify(heap)
-    for i in order[first:]:
-        full = []
-        while heap and tokens[heap[0][1]] + sizes[i] > capacity:
-            full.append(heapq.heappop(heap))
-        if not heap:
-            return None
-        load, b = heapq.heappop(heap)
-        packs[b].append(i)
-        tokens[b] += sizes[i]
-        heapq.heappush(heap, (load + alone_ms[i], b))
-        for entry in full:
-            heapq.heappush(heap, entry)
-    return packs
 
 
 def alone_times_ms(lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel, degree: int,
