@@ -179,8 +179,8 @@ class RoundSolver:
             return None
         workloads, tokens = self.facts.workloads.assigned(members, owners, count)
         mins = np.maximum(1, -(-tokens // self.capacity_tokens))
-        spare = self.num_ranks - int(mins.sum())
-        if spare < 0 or int(mins.max()) > self.top_degree:
+        spare = self._spare_ranks(count, mins)
+        if spare is None:
             return None
         window = self._initial_window(count) if window is None else window
         while True:
@@ -207,11 +207,9 @@ class RoundSolver:
         mins = np.maximum(1, -(-tokens // self.capacity_tokens))
         shapes: list[tuple[int, int, int] | None] = []   # (spare ranks, window, width) of groupings that fit
         for k, count in enumerate(counts):
-            own = mins[offsets[k]:offsets[k + 1]]
-            spare = self.num_ranks - int(own.sum())
-            fits = count <= self.num_ranks and spare >= 0 and int(own.max()) <= self.top_degree
+            spare = self._spare_ranks(count, mins[offsets[k]:offsets[k + 1]])
             window = self._initial_window(count)
-            shapes.append((spare, window, min(spare + 1, window)) if fits else None)
+            shapes.append(None if spare is None else (spare, window, min(spare + 1, window)))
         widths = [shape[2] for shape in shapes if shape is not None]
         if not widths:
             return [None] * len(groupings)
@@ -235,6 +233,14 @@ class RoundSolver:
             else:
                 out.append(self.evaluated(*groupings[k], window=2 * window))
         return out
+
+    def _spare_ranks(self, count: int, mins: np.ndarray) -> int | None:
+        """Ranks a grouping of `count` groups of these minimum degrees leaves beyond them, None when it
+        cannot fit (more groups than ranks, too few ranks, or a group above the top degree)."""
+        spare = self.num_ranks - int(mins.sum())
+        if count > self.num_ranks or spare < 0 or int(mins.max()) > self.top_degree:
+            return None
+        return spare
 
     def by_work(self, sample_ids: Sequence[int]) -> np.ndarray:
         """The samples, most device time first (ties: lowest index)."""
