@@ -23,6 +23,8 @@ from recipe import write_recipe
 DEFAULT_TIMEOUT_S = 420
 _ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _FIELD = re.compile(r"\|\s*([A-Za-z][A-Za-z ()/_-]*?)\s*:\s*([-+0-9.eE]+|nan|inf)\s*(?=\|)")
+# The value right after the prefix, wherever the line ends (another rank's output may follow it).
+_EXACT_GRAD_NORM = re.compile(re.escape(EXACT_GRAD_NORM_PREFIX) + r"\s*([-+]?(?:nan|inf|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))")
 
 
 class LaunchError(RuntimeError):
@@ -64,8 +66,7 @@ def parse_log(text: str) -> tuple[list[float], list[float], list[float]]:
     ordered = [steps[i] for i in sorted(steps)]
     losses = [s.get("loss", s.get("lm loss", float("nan"))) for s in ordered]
     grads = [s.get("grad norm", float("nan")) for s in ordered]
-    exact = [float(line.split(EXACT_GRAD_NORM_PREFIX, 1)[1]) for line in text.splitlines()
-             if EXACT_GRAD_NORM_PREFIX in line]
+    exact = [float(value) for value in _EXACT_GRAD_NORM.findall(text)]
     if len(exact) == len(grads):
         grads = exact
     times = [s.get("elapsed time per iteration (ms)", float("nan")) for s in ordered]

@@ -104,3 +104,16 @@ def test_registration_line_without_fcp_algo_leaves_training_unchanged(runs, upst
 
     assert ENTRY_LINE in (checkout.root / "pretrain_transformers.py").read_text()
     assert_same_steps(log, runs("single"), "single_fcp_line")
+
+
+def test_the_log_parser_reads_grad_norms_that_another_rank_wrote_behind():
+    from cpu_ascend.cpu_ascend_hooks import EXACT_GRAD_NORM_PREFIX
+    from runner import parse_log
+
+    text = (" iteration        1/       2 | loss: 5.775687 | grad norm: 1.337 |\n"
+            f"{EXACT_GRAD_NORM_PREFIX} 1.3373620510101318[Rank 3 | Local Rank 3] INFO planning | groups: 4 |\n"
+            " iteration        2/       2 | loss: 5.594673 | grad norm: 1.300 |\n"
+            f"{EXACT_GRAD_NORM_PREFIX} 1.25e-05\n")
+    losses, grads, _ = parse_log(text)
+    assert losses == [5.775687, 5.594673]
+    assert grads == [1.3373620510101318, 1.25e-05]

@@ -164,7 +164,10 @@ def _print_exact_grad_norm(module: types.ModuleType) -> None:
     def observed(*args, **kwargs):
         result = train_step(*args, **kwargs)
         if os.environ.get("RANK", "0") == "0":
-            print(f"{EXACT_GRAD_NORM_PREFIX} {float(result[2])!r}", flush=True)
+            # One write with its newline: the ranks share the log file, and print's separate write of the
+            # end of line let another rank's line in between.
+            sys.stdout.write(f"{EXACT_GRAD_NORM_PREFIX} {float(result[2])!r}\n")
+            sys.stdout.flush()
         return result
 
     module.train_step = observed
