@@ -116,11 +116,6 @@ class UlyssesTimer:
         out[unsupported] = np.inf
         return out
 
-    def supported_times(self, w: WorkloadColumns) -> np.ndarray:
-        """Forward + backward time (ms) [K, len(self.degrees)] of each workload at every supported
-        degree (memory not checked)."""
-        return self._times(w, self._all)
-
     def _times(self, w: WorkloadColumns, cols: _DegreeColumns) -> np.ndarray:
         """Forward + backward time (ms) [K, n] of each workload at the n degrees of `cols`."""
         c = self._c
