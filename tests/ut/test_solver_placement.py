@@ -33,6 +33,25 @@ def test_large_groups_take_whole_nodes_first():
     assert ranges[0] == (12, 13) and ranges[2] == (14, 15)
 
 
+def test_groups_of_whole_nodes_sit_on_whole_nodes_before_the_others_span_partial_ones():
+    # Placed largest first, the 26-rank group would leave the 16-rank one on ranks 26..41 (2 + 8 + 6
+    # per node, an emptiest node of 2), where its all-to-all pays the inter-node cost for 6 peers more.
+    degrees = [26, 16, 8, 6]
+    placement, ranges = _check(degrees, 56, 8)
+    assert ranges[1] == tuple(range(16)) and placement.node_parts[1] == 8
+    assert ranges[0] == tuple(range(16, 42)) and ranges[2] == tuple(range(48, 56))
+    assert placement.straddling == 0
+    # A group of several whole nodes never has an emptiest node below the node size.
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        degrees = [int(x) for x in rng.choice([8, 12, 16, 20, 24, 32], size=int(rng.integers(1, 6)))]
+        degrees += [int(x) for x in rng.integers(1, 9, size=int(rng.integers(0, 8)))]
+        num_ranks = -(-sum(degrees) // 8) * 8
+        degrees += [1] * (num_ranks - sum(degrees))
+        placement, _ = _check(degrees, num_ranks, 8)
+        assert all(part == 8 for d, part in zip(degrees, placement.node_parts) if d > 8 and d % 8 == 0)
+
+
 def test_unpackable_sizes_straddle_and_are_counted():
     placement, _ = _check([4, 3, 3, 3, 3], 16, 8)
     assert placement.straddling == 1

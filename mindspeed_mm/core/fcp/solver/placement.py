@@ -1,7 +1,9 @@
 """Placement: turn one round's group degrees into contiguous rank ranges, node-aware.
 
-Rank r lives on node r // ranks_per_node. Groups larger than a node go first, largest first, from rank
-0 (they span nodes anyway). The groups that fit in a node are then packed into the free space of each
+Rank r lives on node r // ranks_per_node. Groups larger than a node go first, from rank 0 (they span
+nodes anyway): those of a whole number of nodes first, largest first, so that each sits on whole nodes
+as the search priced it (an all-to-all pays for the ranks of its emptiest node; a ring does not care),
+then the others, largest first. The groups that fit in a node are then packed into the free space of each
 node -- the partial node after the large groups, then whole nodes -- so that none crosses a node
 boundary: an exact bin packing (depth-first, largest first, bounded). When none exists, groups are laid
 out node by node, largest that still fits first; a group that fits nowhere crosses a node boundary
@@ -66,7 +68,8 @@ def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) ->
     if any(d < 1 for d in degrees):
         raise ValueError(f"degrees must be >= 1, got {list(degrees)}")
     starts = [0] * len(degrees)
-    large = sorted((k for k, d in enumerate(degrees) if d > ranks_per_node), key=lambda k: (-degrees[k], k))
+    large = sorted((k for k, d in enumerate(degrees) if d > ranks_per_node),
+                   key=lambda k: (degrees[k] % ranks_per_node != 0, -degrees[k], k))
     small = sorted((k for k, d in enumerate(degrees) if d <= ranks_per_node), key=lambda k: (-degrees[k], k))
     position = 0
     for k in large:
