@@ -11,12 +11,12 @@ from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, validat
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, static_layout_plan
 from mindspeed_mm.core.fcp.solver.plan import IDLE
 from mindspeed_mm.core.fcp.solver.static_layout import (
+    StaticPacker,
     balanced_packs,
     busiest_replica_ms,
     dealt_to_replicas,
     independent_rounds,
     static_degrees,
-    static_packs,
 )
 from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, dataflow_ms, step_ms
 
@@ -58,7 +58,7 @@ def test_the_static_packer_follows_its_rule(seed):
         with pytest.raises(BaselineInfeasibleError, match="data-parallel replicas"):
             balanced_packs(lengths, alone, capacity, replicas)
     else:
-        assert balanced_packs(lengths, alone, capacity, replicas) == expected
+        assert balanced_packs(lengths, alone, capacity, replicas) == tuple(tuple(sorted(p)) for p in expected)
 
 
 @pytest.mark.parametrize("workload,ranks", [("openvid", 16), ("bimodal", 16), ("imagevideo", 16),
@@ -106,11 +106,44 @@ def test_an_unknown_step_semantics_is_refused_naming_the_option():
         static_layout_plan([100, 200], cost, SolverConfig(8), cp_degree=2, algo="ring", semantics="async")
 
 
+def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing(monkeypatch):
+    import mindspeed_mm.core.fcp.solver.static_layout as static_layout
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+    calls = []
+    packing = static_layout.balanced_packs
+    monkeypatch.setattr(static_layout, "balanced_packs", lambda *args: calls.append(args[3]) or packing(*args))
+    for workload in ("msrvtt", "bimodal"):
+        lengths, patches = draw_lengths(workload, 128, 2)
+        shared = StaticPacker(lengths, patches, cost)
+        calls.clear()
+        layouts = 0   # those that hold the batch
+        for degree in (1, 2, 4, 8, 16):
+            for algo in cost.algos:
+                alone = StaticPacker(lengths, patches, cost).alone_ms(degree, algo)
+                try:
+                    expected = packing(lengths, alone.tolist(), degree * cost.capacity_tokens, 16 // degree)
+                except BaselineInfeasibleError as err:
+                    with pytest.raises(BaselineInfeasibleError, match=str(err)):
+                        shared.packs(degree, algo, 16 // degree)
+                    continue
+                got = shared.packs(degree, algo, 16 // degree)
+                layouts += 1
+                assert got.packs == expected
+                sums = shared.columns.group_sums(np.concatenate(got.packs), np.repeat(
+                    np.arange(len(got.packs)), [len(p) for p in got.packs]), len(got.packs))
+                times = cost.group_time_table(sums, np.full((len(got.packs), 1), degree), algo)[:, 0]
+                assert got.pack_ms == tuple(times.tolist())
+        # Each of the 10 layouts packed once (a packing that cannot hold the batch too, its error kept),
+        # but ring and Ulysses on one rank take equal times and share one packing.
+        assert np.array_equal(shared.alone_ms(1, "ring"), shared.alone_ms(1, "ulysses"))
+        assert len(calls) == 2 * 5 - 1 and layouts == (10 if workload == "msrvtt" else 6)
+
+
 def test_the_busiest_replica_is_the_dataflow_time_of_compact_blocks_only():
     cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=24)
     lengths, patches = draw_lengths("openvid", 192, 1)
     for degree, compact in ((4, True), (8, True), (3, False), (6, False)):
-        packs = static_packs(lengths, patches, cost, degree, "ring", 24 // degree)
+        packs = StaticPacker(lengths, patches, cost).packs(degree, "ring", 24 // degree)
         dealt = dealt_to_replicas(packs, 24 // degree)
         rounds = independent_rounds(packs, 24 // degree, lengths, patches, cost, 8, dealt)
         plan = Plan(rounds=tuple(rounds), predicted_ms=sum(r.predicted_ms for r in rounds), lower_bound_ms=0.0,

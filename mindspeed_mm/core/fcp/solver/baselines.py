@@ -45,7 +45,7 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
 from mindspeed_mm.core.fcp.solver.mcore_dynamic import mcore_dynamic_cp
 from mindspeed_mm.core.fcp.solver.megatron_hybrid_cp import megatron_hybrid_cp
 from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP, STEP_SEMANTICS, Plan, SolverConfig
-from mindspeed_mm.core.fcp.solver.static_layout import independent_rounds, lockstep_rounds, static_packs
+from mindspeed_mm.core.fcp.solver.static_layout import StaticPacker, independent_rounds, lockstep_rounds
 
 __all__ = ["BASELINES", "RING", "ULYSSES", "Baseline", "BaselineInfeasibleError", "BaselinePlanner",
            "deepspeed_ulysses", "get_baseline", "mcore_dynamic_cp", "megatron_hybrid_cp", "megatron_static_cp",
@@ -123,7 +123,7 @@ def _homogeneous_plan(
             f"at {cost.capacity_tokens} tokens per rank"
         )
     replicas = config.num_ranks // degree
-    packs = static_packs(lengths, patches, cost, degree, algo, replicas)
+    packs = StaticPacker(lengths, patches, cost).packs(degree, algo, replicas)
     arrange = independent_rounds if semantics == INDEPENDENT else lockstep_rounds
     rounds = arrange(packs, replicas, lengths, patches, cost, config.ranks_per_node)
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}

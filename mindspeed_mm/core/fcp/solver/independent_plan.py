@@ -12,12 +12,11 @@ from mindspeed_mm.core.fcp.solver.baseline_common import BaselineInfeasibleError
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import (
-    alone_times_ms,
+    StaticPacker,
     busiest_replica_ms,
     dealt_to_replicas,
     independent_rounds,
     static_degrees,
-    static_packs,
 )
 from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms
 
@@ -36,15 +35,16 @@ def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: lis
     node, n_ranks = config.ranks_per_node, config.num_ranks
     layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
                      for d in static_degrees(int(lengths.max()), cost, config, algo))
+    packer = StaticPacker(lengths, patches, cost)
     for bound, degree, algo in layouts:
         if not bound < best_ms:
             break
         replicas = n_ranks // degree
-        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
+        alone_ms = packer.alone_ms(degree, algo)
         if not alone_ms.max() < best_ms:
             continue
         try:
-            packs = static_packs(lengths, patches, cost, degree, algo, replicas, alone_ms)
+            packs = packer.packs(degree, algo, replicas, alone_ms)
         except BaselineInfeasibleError:
             continue
         dealt = dealt_to_replicas(packs, replicas)

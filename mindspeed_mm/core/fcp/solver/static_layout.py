@@ -55,11 +55,13 @@ def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: st
             and (allowed is None or d in allowed)]
 
 
-def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int, replicas: int) -> list[list[int]]:
+def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int,
+                   replicas: int) -> tuple[tuple[int, ...], ...]:
     """Samples spread over rounds x replicas micro-batches of at most `capacity` tokens: the fewest
     rounds whose micro-batches hold the batch, samples dealt longest-time first to the least-loaded
-    micro-batch with room (ties to the lowest index), so every micro-batch gets at least one sample."""
-    order = np.lexsort((np.arange(lengths.size), -lengths, -np.asarray(alone_ms))).tolist()
+    micro-batch with room (ties to the lowest index), so every micro-batch gets at least one sample.
+    Returns each micro-batch's sample indices, ascending."""
+    order = np.lexsort((np.arange(lengths.size), -lengths, -np.asarray(alone_ms)))
     sizes = lengths.tolist()
     fewest_packs = -(-int(lengths.sum()) // capacity)
     rounds = max(1, -(-fewest_packs // replicas))
@@ -70,36 +72,55 @@ def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int
                 f"{lengths.size} samples cannot give each of the {replicas} data-parallel replicas a "
                 f"micro-batch in each of {rounds} rounds"
             )
-        chosen = least_loaded_assignment(order, alone_ms, sizes, [capacity] * bins)
+        chosen = least_loaded_assignment(order.tolist(), alone_ms, sizes, [capacity] * bins)
         if chosen is not None:
-            packs: list[list[int]] = [[] for _ in range(bins)]
-            for i, b in zip(order, chosen):
-                packs[b].append(i)
-            return packs
+            bin_of = np.empty(lengths.size, dtype=np.int64)
+            bin_of[order] = chosen
+            members = np.argsort(bin_of, kind="stable").tolist()
+            ends = np.cumsum(np.bincount(bin_of, minlength=bins)).tolist()
+            return tuple(tuple(members[start:end]) for start, end in zip([0, *ends[:-1]], ends))
         rounds += 1
 
 
-def alone_times_ms(lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel, degree: int,
-                   algo: str) -> np.ndarray:
-    """Each sample's time alone on a group of `degree` running `algo`."""
-    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
-    return cost.group_time_table(columns, np.full((lengths.size, 1), degree, dtype=np.int64), algo)[:, 0]
+class StaticPacker:
+    """The micro-batches of one batch under any static (degree, algo): the samples' workload columns are
+    built once, and a packing is reused by every layout it would come out the same for. It depends only
+    on the lengths, the samples' alone times, the capacity and the replicas, so ring and Ulysses on one
+    rank, whose times are equal, pack once."""
 
+    def __init__(self, lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel) -> None:
+        self.lengths = lengths
+        self.cost = cost
+        self.columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
+        self._packings: dict[tuple[int, int, bytes], tuple[tuple[int, ...], ...] | BaselineInfeasibleError] = {}
 
-def static_packs(lengths: np.ndarray, patches: Sequence[int] | None, cost: CostModel, degree: int, algo: str,
-                 replicas: int, alone_ms: Sequence[float] | None = None) -> StaticPacks:
-    """The batch's micro-batches of at most degree x capacity tokens (`balanced_packs`), each priced;
-    `alone_ms`: `alone_times_ms`, when already known."""
-    columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
-    if alone_ms is None:
-        alone_ms = alone_times_ms(lengths, patches, cost, degree, algo)
-    alone_ms = np.asarray(alone_ms, dtype=np.float64).tolist()
-    packs = [tuple(sorted(p)) for p in balanced_packs(lengths, alone_ms, degree * cost.capacity_tokens, replicas)]
-    sizes = [len(p) for p in packs]
-    members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
-    sums = columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
-    pack_ms = cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0].tolist()
-    return StaticPacks(degree, algo, tuple(packs), tuple(pack_ms), sums)
+    def alone_ms(self, degree: int, algo: str) -> np.ndarray:
+        """Each sample's time alone on a group of `degree` running `algo`."""
+        degrees = np.full((self.lengths.size, 1), degree, dtype=np.int64)
+        return self.cost.group_time_table(self.columns, degrees, algo)[:, 0]
+
+    def packs(self, degree: int, algo: str, replicas: int, alone_ms: np.ndarray | None = None) -> StaticPacks:
+        """The batch's micro-batches of at most degree x capacity tokens (`balanced_packs`), each priced;
+        `alone_ms`: `alone_ms(degree, algo)`, when already known. Raises BaselineInfeasibleError when
+        the replicas cannot all get a micro-batch in each round."""
+        if alone_ms is None:
+            alone_ms = self.alone_ms(degree, algo)
+        alone_ms = np.asarray(alone_ms, dtype=np.float64)
+        key = (degree, replicas, alone_ms.tobytes())
+        packs = self._packings.get(key)
+        if packs is None:
+            try:
+                packs = balanced_packs(self.lengths, alone_ms.tolist(), degree * self.cost.capacity_tokens, replicas)
+            except BaselineInfeasibleError as err:
+                packs = err
+            self._packings[key] = packs
+        if isinstance(packs, BaselineInfeasibleError):
+            raise packs
+        sizes = [len(p) for p in packs]
+        members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
+        sums = self.columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
+        pack_ms = self.cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0]
+        return StaticPacks(degree, algo, packs, tuple(pack_ms.tolist()), sums)
 
 
 def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patches: Sequence[int] | None,
