@@ -189,7 +189,7 @@ class RoundSolver:
             makespan = optimal_makespan(times, spare)
             if not math.isfinite(makespan):
                 return None
-            if width > spare or not at_window_edge(times, makespan):
+            if width > spare or not at_window_edge(times, algos, makespan, mins, self.top_degree):
                 return RoundStart(members, owners, makespan, window, mins, times, algos)
             window *= 2
 
@@ -226,7 +226,8 @@ class RoundSolver:
             makespan = optimal_makespan(own_times, spare)
             if not math.isfinite(makespan):
                 out.append(None)
-            elif width > spare or not at_window_edge(own_times, makespan):
+            elif width > spare or not at_window_edge(own_times, algos[rows, :width], makespan, mins[rows],
+                                                     self.top_degree):
                 own_members, own_owners, _ = groupings[k]
                 out.append(RoundStart(own_members, own_owners, makespan, window, mins[rows], own_times,
                                       algos[rows, :width]))
@@ -285,6 +286,14 @@ class RoundSolver:
             times[k, : len(row)] = row
         return times
 
+    def _algo_rows(self, groups: list[CandidateGroup], width: int) -> np.ndarray:
+        """algos[k, s]: the algo index of `time_rows`' times[k, s] (-1 beyond what is known)."""
+        algos = np.full((len(groups), width), -1, dtype=np.int64)
+        for k, g in enumerate(groups):
+            known = g.algos[:width]
+            algos[k, : len(known)] = known
+        return algos
+
     def time_matrix(self, groups: list[CandidateGroup], window: int, margin: int = 0) -> tuple[np.ndarray, int] | None:
         """(times[k, s] of group k on min_degree + s ranks, spare ranks), None when the groups cannot
         fit; at most `window` degrees per group, and `margin` more columns for moves that free ranks."""
@@ -304,7 +313,9 @@ class RoundSolver:
                 return None
             times, spare = built
             makespan = optimal_makespan(times, spare)
-            if not math.isfinite(makespan) or times.shape[1] > spare or not at_window_edge(times, makespan):
+            if not math.isfinite(makespan) or times.shape[1] > spare or not at_window_edge(
+                    times, self._algo_rows(groups, times.shape[1]), makespan,
+                    np.array([g.min_degree for g in groups]), self.top_degree):
                 return makespan, window, times, spare
             window *= 2
 

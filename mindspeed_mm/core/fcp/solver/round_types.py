@@ -117,11 +117,33 @@ class RoundStart:
         return owned_tuples(self.members, self.owners)
 
 
-def at_window_edge(times: np.ndarray, makespan: float) -> bool:
-    """Whether a group whose shortest time in its window is at the window's last degree sets the
-    makespan (so a wider window might shorten it)."""
+def at_window_edge(times: np.ndarray, algos: np.ndarray, makespan: float, min_degrees: np.ndarray,
+                   top_degree: int) -> bool:
+    """Whether a group that sets the makespan might run faster on more ranks than its window holds
+    (times[k, s] with algo index algos[k, s]: group k on min_degrees[k] + s ranks), so a wider window
+    might shorten the round: its window ends below `top_degree` and its shortest time is at the
+    window's last degree, or the algo of its last finite time still runs faster there than on the
+    window's previous degree where that algo was the best. The best algo's curve is not monotone when
+    algos mix (Ulysses runs only on degrees that split the heads, and may beat the ring there), so a
+    best time inside the window is no proof that more ranks would not help."""
     best = times.min(axis=1)
-    return bool(np.any((times[:, -1] <= best) & (best >= makespan)))
+    setting = np.flatnonzero((best >= makespan) & (np.asarray(min_degrees) + times.shape[1] - 1 < top_degree))
+    if setting.size == 0:
+        return False
+    rows = times[setting]
+    if np.any(rows[:, -1] <= best[setting]):
+        return True
+    finite = np.isfinite(rows)
+    columns = np.arange(rows.shape[1])
+    last = np.where(finite, columns, -1).max(axis=1)
+    has_last = last >= 0
+    row_ids = np.arange(rows.shape[0])
+    last_algo = algos[setting][row_ids, last]
+    same = finite & (algos[setting] == last_algo[:, None]) & (columns < last[:, None])
+    before = np.where(same, columns, -1).max(axis=1)
+    rising = has_last & (before >= 0)
+    picked = row_ids[rising]
+    return bool(np.any(rows[picked, last[rising]] < rows[picked, before[rising]]))
 
 
 def owned_tuples(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
