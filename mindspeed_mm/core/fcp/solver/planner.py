@@ -115,15 +115,17 @@ def plan_batch(
     lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
     # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
     floor = cost.step.fsdp_round_ms if cost.step is not None and config.step_semantics == LOCKSTEP else 0.0
-    if thorough:
-        best = _best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
-                            floor=floor)
-    else:
-        best = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
+    def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...]:
+        if config.allow_idle_ranks:
+            choices = [_with_idle_ranks(choice, cost, workloads) for choice in choices]
+        return tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, workloads, top) for choice in choices)
 
-    if config.allow_idle_ranks:
-        best = [_with_idle_ranks(choice, cost, workloads) for choice in best]
-    rounds = tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, workloads, top) for choice in best)
+    if thorough:
+        rounds = placed(_best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
+                                     floor=floor))
+    else:
+        found, moves = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
+        rounds = _fastest_placed(solver, found, moves, placed, floor)
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
         rounds=tuple(r[0] for r in rounds),
@@ -194,19 +196,21 @@ def _lean_rounds(
     max_rounds: int | None,
     lower_bound: float,
     floor: float = 0.0,
-) -> list[RoundChoice]:
+) -> tuple[list[tuple[float, list[RoundStart]]], int]:
     """Lean search for large batches. For the fewest rounds, every group size in the order of its
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
     rounds (else the LPT spread with one uniform start per round). Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
-    estimate, promises better (or memory was tight with one round less). Each round of the winner is
-    then polished (`polish_round`), unless the plan is already within `_GOOD_ENOUGH` of the bound.
-    Totals count each round at least `floor`."""
+    estimate, promises better (or memory was tight with one round less). Totals count each round at
+    least `floor`. Returns every (total, starts) found, the fastest first (ties: the first found),
+    and the polish moves for their rounds (`polish_round`): none when the winner is already within
+    `_GOOD_ENOUGH` of the bound."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
     limit = _round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
     usable = [d for d in solver.limits.uniform_degrees if d <= solver.top_degree]
     best: tuple[float, list[RoundStart]] | None = None
+    found: list[tuple[float, list[RoundStart]]] = []
     best_size = 0
     # Later round counts: estimates scaled by the winner's plan / estimate ratio.
     calibration = 1.0
@@ -230,6 +234,7 @@ def _lean_rounds(
             if starts is not None:
                 rounds_ms = sum(start.makespan for start in starts)
                 total = sum(max(start.makespan, floor) for start in starts)
+                found.append((total, starts))
                 if best is None or total < best[0]:
                     best, best_size, improved = (total, starts), size, True
                     calibration = rounds_ms / estimate if estimate > 0 else 1.0
@@ -239,13 +244,39 @@ def _lean_rounds(
             starts = _per_round(spread, solver.start)
             if starts is not None:
                 best, improved = (sum(max(start.makespan, floor) for start in starts), starts), True
+                found.append(best)
         if best is not None and not improved:
             break
         count += 1
     if best is None:
         raise _no_plan(solver, lengths, n_ranks, capacity, max_rounds)
     moves = solver.limits.max_moves if best[0] > _GOOD_ENOUGH * lower_bound else 0
-    return [polish_round(solver, start, moves) for start in best[1]]
+    return sorted(found, key=lambda candidate: candidate[0]), moves
+
+
+def _fastest_placed(
+    solver: RoundSolver,
+    found: list[tuple[float, list[RoundStart]]],
+    moves: int,
+    placed: Callable[[list[RoundChoice]], tuple[tuple[RoundPlan, int], ...]],
+    floor: float,
+) -> tuple[tuple[RoundPlan, int], ...]:
+    """The (total, starts) found, fastest first, each polished and placed while its search total beats
+    the fastest placed so far, and the fastest placed. The search prices every group as if placed
+    compactly; a group that lands across a node boundary only ever costs more (the polish rarely
+    gains much), so the next start can only win when placement cost the ones before it more than
+    their lead. Usually the first is placed alone."""
+    best: tuple[tuple[RoundPlan, int], ...] | None = None
+    best_total = float("inf")
+    for total, starts in found:
+        if best is not None and not total < best_total:
+            break
+        rounds = placed([polish_round(solver, start, moves) for start in starts])
+        placed_total = sum(max(r[0].predicted_ms, floor) for r in rounds)
+        if placed_total < best_total:
+            best, best_total = rounds, placed_total
+    assert best is not None
+    return best
 
 
 def _per_round(spread: list[list[int]], start: Callable[[list[int]], RoundStart | None]) -> list[RoundStart] | None:
