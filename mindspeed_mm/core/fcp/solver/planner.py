@@ -10,7 +10,9 @@ groupings of power-of-two group sizes, tried in the order of a cheap step estima
 it cannot win, for the fewest rounds and then one more round at a time while that does better; then
 a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
 plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
-groups that the moves left could relieve are within `polish_min_gain` of the next one.
+groups that the moves left could relieve are within `polish_min_gain` of the next one. The search
+prices every group as if placed compactly; its starts are placed fastest first while a start's total
+beats the fastest placed so far, and the fastest as placed is kept (`_fastest_placed`).
 
 Under FSDP (lockstep rounds) with step figures in the cost model, round counts are compared with each
 round counted at least its parameter traffic (`fsdp_round_ms`), the time it really takes. Planned for

@@ -13,8 +13,9 @@ This module holds `RoundSolver` (memoised group times, degree splits); the start
 `round_starts`, the local search in `round_search`, the values they exchange in `round_types`.
 
 Degree windows: group k is timed on degrees m_k .. m_k + W - 1 only, W about twice the round's
-average group size (enough for any balanced layout); when the optimal split leaves a group that sets
-the makespan on the last degree of its window, the windows are doubled and the split redone.
+average group size (enough for any balanced layout); while a group that sets the makespan might
+still run faster beyond its window (its best time is on the window's last degree, or the algo it runs
+there still gets faster: `at_window_edge`), the windows are doubled and the split redone.
 """
 from __future__ import annotations
 
