@@ -1,13 +1,9 @@
 """The degree window of a round's split widens while a group that sets the makespan could still run
 faster on more ranks, also when the best algo's curve is not monotone (ring and Ulysses mixed)."""
-from dataclasses import replace
-
 import numpy as np
+from round_solvers import lean_round_solver
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.solver import planner
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import at_window_edge
 
 RING, ULYSSES = 0, 1
@@ -36,14 +32,6 @@ def test_a_saturated_curve_a_window_at_the_top_degree_or_a_fast_group_keep_it():
     assert not _edge([[9.0, 8.0, 7.0], [10.0, 10.2, 10.5]], [[RING] * 3, [RING] * 3], 10.0, mins=(4, 4))
 
 
-def _solver(cost, lengths, patches, num_ranks):
-    mins = np.maximum(1, -(-np.asarray(lengths) // cost.capacity_tokens))
-    workloads = SampleWorkloads(cost, lengths, patches)
-    timer = GroupTimer(cost, num_ranks)
-    facts = planner._sample_facts(lengths, workloads, mins, timer, cost.capacity_tokens, num_ranks)
-    return RoundSolver(facts, timer, cost.capacity_tokens, num_ranks, replace(planner._LEAN, uniform_degrees=(4,)))
-
-
 def test_with_both_algos_a_grouping_splits_at_least_as_fast_as_with_the_ring_alone():
     # Every (group, degree) is at least as fast with both algos, so the optimal split is too, once the
     # window reaches the degrees the slowest groups need: 3 long videos, each alone, among 64 groups on
@@ -57,5 +45,5 @@ def test_with_both_algos_a_grouping_splits_at_least_as_fast_as_with_the_ring_alo
     patches = [4 * n for n in lengths]
     members = np.arange(len(lengths))
     owners = np.concatenate([[0, 1, 2], 3 + np.arange(256) % 61])
-    starts = [_solver(cost, lengths, patches, 256).evaluated(members, owners, 64) for cost in (both, ring)]
+    starts = [lean_round_solver(cost, lengths, patches, 256, 4).evaluated(members, owners, 64) for cost in (both, ring)]
     assert starts[0].makespan <= starts[1].makespan < 4_000

@@ -1,28 +1,22 @@
 """The planner's batched cost queries give what the one-at-a-time queries they replace give."""
 import itertools
-from dataclasses import replace
 
 import numpy as np
 import pytest
+from round_solvers import lean_round_solver
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
-from mindspeed_mm.core.fcp.solver import planner
-from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.group_times import SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.placement import _exact_packing, _large_items_have_hosts
-from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 
 A3_8B = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
 
 
 def _solver(lengths, patches, num_ranks=64):
-    mins = np.maximum(1, -(-np.asarray(lengths) // A3_8B.capacity_tokens))
-    workloads = SampleWorkloads(A3_8B, lengths, patches)
-    timer = GroupTimer(A3_8B, num_ranks)
-    facts = planner._sample_facts(lengths, workloads, mins, timer, A3_8B.capacity_tokens, num_ranks)
-    return RoundSolver(facts, timer, A3_8B.capacity_tokens, num_ranks, replace(planner._LEAN, uniform_degrees=(8,)))
+    return lean_round_solver(A3_8B, lengths, patches, num_ranks, 8)
 
 
 def test_groupings_evaluated_together_equal_each_evaluated_alone():
