@@ -119,6 +119,7 @@ def plan_batch(
     lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
     # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
     floor = cost.step.fsdp_round_ms if cost.step is not None and config.step_semantics == LOCKSTEP else 0.0
+
     def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...]:
         if config.allow_idle_ranks:
             choices = [_with_idle_ranks(choice, cost, workloads) for choice in choices]

@@ -141,9 +141,9 @@ def at_window_edge(times: np.ndarray, algos: np.ndarray, makespan: float, min_de
     last_algo = algos[setting][row_ids, last]
     same = finite & (algos[setting] == last_algo[:, None]) & (columns < last[:, None])
     before = np.where(same, columns, -1).max(axis=1)
-    rising = has_last & (before >= 0)
-    picked = row_ids[rising]
-    return bool(np.any(rows[picked, last[rising]] < rows[picked, before[rising]]))
+    comparable = has_last & (before >= 0)
+    picked = row_ids[comparable]
+    return bool(np.any(rows[picked, last[comparable]] < rows[picked, before[comparable]]))
 
 
 def owned_tuples(members: np.ndarray, owners: np.ndarray) -> list[tuple[int, ...]]:
