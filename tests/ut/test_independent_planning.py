@@ -12,10 +12,12 @@ from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, stat
 from mindspeed_mm.core.fcp.solver.plan import IDLE
 from mindspeed_mm.core.fcp.solver.static_layout import (
     StaticPacker,
-    balanced_packs,
+    StaticPacks,
+    balanced_bins,
     busiest_replica_ms,
     dealt_to_replicas,
     independent_rounds,
+    members_of_bins,
     static_degrees,
 )
 from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, dataflow_ms, step_ms
@@ -56,9 +58,11 @@ def test_the_static_packer_follows_its_rule(seed):
     expected = _reference_packs(lengths.tolist(), alone, capacity, replicas)
     if expected is None:
         with pytest.raises(BaselineInfeasibleError, match="data-parallel replicas"):
-            balanced_packs(lengths, alone, capacity, replicas)
+            balanced_bins(lengths, alone, capacity, replicas)
     else:
-        assert balanced_packs(lengths, alone, capacity, replicas) == tuple(tuple(sorted(p)) for p in expected)
+        bin_of, bins = balanced_bins(lengths, alone, capacity, replicas)
+        assert bins == len(expected)
+        assert members_of_bins(bin_of, bins) == tuple(tuple(sorted(p)) for p in expected)
 
 
 @pytest.mark.parametrize("workload,ranks", [("openvid", 16), ("bimodal", 16), ("imagevideo", 16),
@@ -110,8 +114,8 @@ def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing
     import mindspeed_mm.core.fcp.solver.static_layout as static_layout
     cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
     calls = []
-    packing = static_layout.balanced_packs
-    monkeypatch.setattr(static_layout, "balanced_packs", lambda *args: calls.append(args[3]) or packing(*args))
+    packing = static_layout.balanced_bins
+    monkeypatch.setattr(static_layout, "balanced_bins", lambda *args: calls.append(args[3]) or packing(*args))
     for workload in ("msrvtt", "bimodal"):
         lengths, patches = draw_lengths(workload, 128, 2)
         shared = StaticPacker(lengths, patches, cost)
@@ -121,7 +125,8 @@ def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing
             for algo in cost.algos:
                 alone = StaticPacker(lengths, patches, cost).alone_ms(degree, algo)
                 try:
-                    expected = packing(lengths, alone.tolist(), degree * cost.capacity_tokens, 16 // degree)
+                    expected = members_of_bins(*packing(lengths, alone.tolist(), degree * cost.capacity_tokens,
+                                                        16 // degree))
                 except BaselineInfeasibleError as err:
                     with pytest.raises(BaselineInfeasibleError, match=str(err)):
                         shared.packs(degree, algo, 16 // degree)
@@ -153,3 +158,18 @@ def test_the_busiest_replica_is_the_dataflow_time_of_compact_blocks_only():
             assert busiest == pytest.approx(dataflow_ms(plan), rel=1e-12)
         else:   # blocks across a node boundary pay the inter-node cost: only the rounds price them
             assert busiest is None and dataflow_ms(plan) > max(sum(packs.pack_ms[k] for k in m) for m in dealt)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_micro_batches_are_dealt_longest_first_to_the_least_loaded_replica(seed):
+    rng = np.random.default_rng(seed)
+    count, replicas = int(rng.integers(1, 30)), int(rng.integers(1, 8))
+    # Few distinct times, so that ties between loads and between micro-batches really occur.
+    pack_ms = rng.integers(1, 4, size=count).astype(float).tolist()
+    packs = StaticPacks(2, "ring", tuple((k,) for k in range(count)), tuple(pack_ms), None)
+    load, expected = [0.0] * replicas, [[] for _ in range(replicas)]
+    for k in sorted(range(count), key=lambda k: (-pack_ms[k], k)):
+        j = min(range(replicas), key=lambda j: (load[j], j))
+        expected[j].append(k)
+        load[j] += pack_ms[k]
+    assert dealt_to_replicas(packs, replicas) == expected

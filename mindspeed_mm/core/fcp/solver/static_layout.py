@@ -1,6 +1,6 @@
 """Static DP x CP layouts: micro-batches of one CP degree and attention algo, on N / degree replicas.
 
-The micro-batches (`static_packs`) are the same under both step semantics; what differs is how the
+The micro-batches (`StaticPacker`) are the same under both step semantics; what differs is how the
 replicas run them:
 - lockstep rounds (`lockstep_rounds`, FSDP): every replica runs its r-th micro-batch in round r, so
   the slowest micro-batches share a round;
@@ -10,8 +10,8 @@ replicas run them:
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -55,12 +55,12 @@ def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: st
             and (allowed is None or d in allowed)]
 
 
-def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int,
-                   replicas: int) -> tuple[tuple[int, ...], ...]:
+def balanced_bins(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int,
+                  replicas: int) -> tuple[np.ndarray, int]:
     """Samples spread over rounds x replicas micro-batches of at most `capacity` tokens: the fewest
     rounds whose micro-batches hold the batch, samples dealt longest-time first to the least-loaded
     micro-batch with room (ties to the lowest index), so every micro-batch gets at least one sample.
-    Returns each micro-batch's sample indices, ascending."""
+    Returns each sample's micro-batch and the number of micro-batches."""
     order = np.lexsort((np.arange(lengths.size), -lengths, -np.asarray(alone_ms)))
     sizes = lengths.tolist()
     fewest_packs = -(-int(lengths.sum()) // capacity)
@@ -76,10 +76,15 @@ def balanced_packs(lengths: np.ndarray, alone_ms: Sequence[float], capacity: int
         if chosen is not None:
             bin_of = np.empty(lengths.size, dtype=np.int64)
             bin_of[order] = chosen
-            members = np.argsort(bin_of, kind="stable").tolist()
-            ends = np.cumsum(np.bincount(bin_of, minlength=bins)).tolist()
-            return tuple(tuple(members[start:end]) for start, end in zip([0, *ends[:-1]], ends))
+            return bin_of, bins
         rounds += 1
+
+
+def members_of_bins(bin_of: np.ndarray, bins: int) -> tuple[tuple[int, ...], ...]:
+    """Each bin's sample indices, ascending."""
+    members = np.argsort(bin_of, kind="stable").tolist()
+    ends = np.cumsum(np.bincount(bin_of, minlength=bins)).tolist()
+    return tuple(tuple(members[start:end]) for start, end in zip([0, *ends[:-1]], ends))
 
 
 class StaticPacker:
@@ -92,35 +97,38 @@ class StaticPacker:
         self.lengths = lengths
         self.cost = cost
         self.columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
-        self._packings: dict[tuple[int, int, bytes], tuple[tuple[int, ...], ...] | BaselineInfeasibleError] = {}
+        self._packings: dict[tuple[int, int, bytes], tuple[np.ndarray, int] | BaselineInfeasibleError] = {}
 
     def alone_ms(self, degree: int, algo: str) -> np.ndarray:
         """Each sample's time alone on a group of `degree` running `algo`."""
-        degrees = np.full((self.lengths.size, 1), degree, dtype=np.int64)
-        return self.cost.group_time_table(self.columns, degrees, algo)[:, 0]
+        return self.alone_table((degree,), algo)[:, 0]
+
+    def alone_table(self, degrees: Sequence[int], algo: str) -> np.ndarray:
+        """[samples, len(degrees)]: each sample's time alone on a group of each degree running `algo`."""
+        table = np.broadcast_to(np.asarray(degrees, dtype=np.int64), (self.lengths.size, len(degrees)))
+        return self.cost.group_time_table(self.columns, table, algo)
 
     def packs(self, degree: int, algo: str, replicas: int, alone_ms: np.ndarray | None = None) -> StaticPacks:
-        """The batch's micro-batches of at most degree x capacity tokens (`balanced_packs`), each priced;
+        """The batch's micro-batches of at most degree x capacity tokens (`balanced_bins`), each priced;
         `alone_ms`: `alone_ms(degree, algo)`, when already known. Raises BaselineInfeasibleError when
         the replicas cannot all get a micro-batch in each round."""
         if alone_ms is None:
             alone_ms = self.alone_ms(degree, algo)
-        alone_ms = np.asarray(alone_ms, dtype=np.float64)
+        alone_ms = np.ascontiguousarray(alone_ms, dtype=np.float64)
         key = (degree, replicas, alone_ms.tobytes())
-        packs = self._packings.get(key)
-        if packs is None:
+        packing = self._packings.get(key)
+        if packing is None:
             try:
-                packs = balanced_packs(self.lengths, alone_ms.tolist(), degree * self.cost.capacity_tokens, replicas)
+                packing = balanced_bins(self.lengths, alone_ms.tolist(), degree * self.cost.capacity_tokens, replicas)
             except BaselineInfeasibleError as err:
-                packs = err
-            self._packings[key] = packs
-        if isinstance(packs, BaselineInfeasibleError):
-            raise packs
-        sizes = [len(p) for p in packs]
-        members = np.fromiter((i for p in packs for i in p), dtype=np.int64, count=sum(sizes))
-        sums = self.columns.group_sums(members, np.repeat(np.arange(len(packs)), sizes), len(packs))
-        pack_ms = self.cost.group_time_table(sums, np.full((len(packs), 1), degree, dtype=np.int64), algo)[:, 0]
-        return StaticPacks(degree, algo, packs, tuple(pack_ms.tolist()), sums)
+                packing = err
+            self._packings[key] = packing
+        if isinstance(packing, BaselineInfeasibleError):
+            raise packing
+        bin_of, bins = packing
+        sums = self.columns.group_sums(np.arange(bin_of.size), bin_of, bins)
+        pack_ms = self.cost.group_time_table(sums, np.full((bins, 1), degree, dtype=np.int64), algo)[:, 0]
+        return StaticPacks(degree, algo, members_of_bins(bin_of, bins), tuple(pack_ms.tolist()), sums)
 
 
 def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patches: Sequence[int] | None,
@@ -143,24 +151,30 @@ def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patc
 
 
 def dealt_to_replicas(packs: StaticPacks, replicas: int) -> list[list[int]]:
-    """Each replica's micro-batches: dealt longest first, each to the least-loaded replica."""
-    heap = [(0.0, j) for j in range(replicas)]
+    """Each replica's micro-batches: dealt longest first, each to the least-loaded replica (ties to the lowest index)."""
+    order = sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k]))
+    chosen = least_loaded_assignment(order, packs.pack_ms, [0] * len(order), [0] * replicas)
+    assert chosen is not None  # nothing takes room
     dealt: list[list[int]] = [[] for _ in range(replicas)]
-    for k in sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k])):
-        load, j = heapq.heappop(heap)
+    for k, j in zip(order, chosen):
         dealt[j].append(k)
-        heapq.heappush(heap, (load + packs.pack_ms[k], j))
     return dealt
+
+
+@lru_cache(maxsize=256)
+def blocks_are_compact(degree: int, replicas: int, ranks_per_node: int) -> bool:
+    """Whether every replica's block of `degree` ranks is placed as compactly as the node allows."""
+    return all(placed_node_part(j * degree, degree, ranks_per_node) == compact_node_part(degree, ranks_per_node)
+               for j in range(replicas))
 
 
 def busiest_replica_ms(packs: StaticPacks, dealt: list[list[int]], ranks_per_node: int) -> float | None:
     """The longest replica's work as dealt, when every replica's block is placed as compactly as the
     node allows (its groups then cost `pack_ms`); None when some block crosses a node boundary."""
-    degree = packs.degree
-    if any(placed_node_part(j * degree, degree, ranks_per_node) != compact_node_part(degree, ranks_per_node)
-           for j in range(len(dealt))):
+    if not blocks_are_compact(packs.degree, len(dealt), ranks_per_node):
         return None
-    return max(sum(packs.pack_ms[k] for k in mine) for mine in dealt)
+    pack_ms = packs.pack_ms
+    return max(sum(pack_ms[k] for k in mine) for mine in dealt)
 
 
 def independent_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
