@@ -86,6 +86,16 @@ def test_step_estimates_by_hand_and_for_samples_that_need_more_ranks():
     assert all(np.isfinite(step_estimates(solver, 2, [1, 2])))
 
 
+def test_a_size_no_algo_runs_on_is_estimated_inf_without_arithmetic_on_inf():
+    # Ulysses alone splits the 32 heads of the 8B model over at most 32 ranks: groups of 64 have no algo.
+    ulysses = CostModel.from_preset("a3-qwen3vl-8b", algos=("ulysses",))
+    lengths = [3000] * 60 + [40_000] * 4
+    solver = _solver(ulysses, lengths, None, 64)
+    with np.errstate(all="raise"):
+        estimates = step_estimates(solver, 1, [16, 32, 64])
+    assert np.isfinite(estimates[:2]).all() and estimates[2] == float("inf")
+
+
 @pytest.mark.parametrize("cost", [A3_8B, FAKE], ids=["a3-8b", "fake"])
 def test_polish_keeps_degrees_and_samples_and_never_slows_a_round(cost):
     lengths, patches = _batch("openvid", 300, seed=5)

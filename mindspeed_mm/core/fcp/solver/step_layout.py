@@ -79,11 +79,12 @@ def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: l
     (default: none apart) were split evenly over the groups of g ranks that `rounds` rounds leave
     beside those samples (apart_ranks[k] ranks each, default their minimum degree): F + (T(the rest,
     g) - F) / groups, F the time of an empty group (memory ignored); inf when no group of g ranks is
-    left."""
+    left or no algo runs on g ranks."""
     if apart is None:
         whole, empty = solver.whole_batch_ms()
+        # A size no algo runs (Ulysses alone on a degree that does not split the heads) costs inf.
         return [float(empty[d - 1] + (whole[d - 1] - empty[d - 1]) / (rounds * solver.num_ranks / d))
-                if rounds * solver.num_ranks >= d else float("inf") for d in degrees]
+                if rounds * solver.num_ranks >= d and np.isfinite(empty[d - 1]) else float("inf") for d in degrees]
     # Group k < len(degrees): the samples outside apart[k]; the last group: empty.
     workloads = solver.facts.workloads.outside(np.stack([*apart, np.ones(len(solver.lengths), dtype=bool)]))
     top = max(degrees)
@@ -93,8 +94,11 @@ def _balanced(solver: RoundSolver, rounds: int, degrees: Sequence[int], apart: l
     for k, d in enumerate(degrees):
         taken = solver.min_degrees[apart[k]] if apart_ranks is None else apart_ranks[k]
         groups = (rounds * solver.num_ranks - int(taken.sum())) / d
+        if groups < 1 or not np.isfinite(empty[d - 1]):
+            out.append(float("inf"))
+            continue
         work = times[k, d - 1] - empty[d - 1] if not apart[k].all() else 0.0
-        out.append(float(empty[d - 1] + work / groups) if groups >= 1 else float("inf"))
+        out.append(float(empty[d - 1] + work / groups))
     return out
 
 
