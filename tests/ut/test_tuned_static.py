@@ -12,7 +12,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_layout_plan,
 )
 from mindspeed_mm.core.fcp.solver.plan import IDLE
-from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms
+from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, step_lower_bound_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, static_degrees, tune_static
 
 COST = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
@@ -23,6 +23,19 @@ def _batches(name="bimodal", k=2, gbs=64, seed=3):
     lengths, patches = draw_lengths(name, k * gbs, seed)
     return [(lengths[i * gbs:(i + 1) * gbs], patches[i * gbs:(i + 1) * gbs]) for i in range(k)]
 
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_fcp_s_step_lower_bound_holds_for_every_static_layout_under_both_semantics(name):
+    """The bound behind the flexibility report's `tuned_static_fsdp_over_bound`: no layout runs a batch faster."""
+    for lengths, patches in _batches(name, k=2):
+        for semantics in (LOCKSTEP, INDEPENDENT):
+            bound = step_lower_bound_ms(plan_batch(lengths, COST, CONFIG, patches).lower_bound_ms, COST, semantics)
+            for algo in COST.algos:
+                for d in static_degrees(int(lengths.max()), COST, CONFIG, algo):
+                    static = static_layout_plan(lengths, COST, CONFIG, patches, cp_degree=d, algo=algo,
+                                                semantics=semantics)
+                    assert step_ms(static, COST, semantics) >= bound
 
 def test_tuned_static_is_the_best_of_every_static_layout():
     batches = _batches()
