@@ -33,17 +33,14 @@ def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: lis
     at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
     best, best_ms = plan, dataflow_ms(plan)
     node, n_ranks = config.ranks_per_node, config.num_ranks
-    degrees = {algo: static_degrees(int(lengths.max()), cost, config, algo) for algo in cost.algos}
-    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos for d in degrees[algo])
+    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
+                     for d in static_degrees(int(lengths.max()), cost, config, algo))
     packer = StaticPacker(lengths, patches, cost)
-    alone_tables: dict[str, np.ndarray] = {}   # per algo, every degree's alone times in one query
     for bound, degree, algo in layouts:
         if not bound < best_ms:
             break
         replicas = n_ranks // degree
-        if algo not in alone_tables:
-            alone_tables[algo] = packer.alone_table(degrees[algo], algo)
-        alone_ms = alone_tables[algo][:, degrees[algo].index(degree)]
+        alone_ms = packer.alone_ms(degree, algo)
         if not alone_ms.max() < best_ms:
             continue
         try:

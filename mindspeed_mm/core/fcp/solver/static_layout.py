@@ -101,12 +101,8 @@ class StaticPacker:
 
     def alone_ms(self, degree: int, algo: str) -> np.ndarray:
         """Each sample's time alone on a group of `degree` running `algo`."""
-        return self.alone_table((degree,), algo)[:, 0]
-
-    def alone_table(self, degrees: Sequence[int], algo: str) -> np.ndarray:
-        """[samples, len(degrees)]: each sample's time alone on a group of each degree running `algo`."""
-        table = np.broadcast_to(np.asarray(degrees, dtype=np.int64), (self.lengths.size, len(degrees)))
-        return self.cost.group_time_table(self.columns, table, algo)
+        degrees = np.full((self.lengths.size, 1), degree, dtype=np.int64)
+        return self.cost.group_time_table(self.columns, degrees, algo)[:, 0]
 
     def packs(self, degree: int, algo: str, replicas: int, alone_ms: np.ndarray | None = None) -> StaticPacks:
         """The batch's micro-batches of at most degree x capacity tokens (`balanced_bins`), each priced;
