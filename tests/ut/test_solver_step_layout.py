@@ -5,13 +5,15 @@ import numpy as np
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver import planner
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
-from mindspeed_mm.core.fcp.solver.step_layout import _deal, joint_starts, step_estimates
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
+from mindspeed_mm.core.fcp.solver.step_layout import _balanced, _deal, joint_starts, own_groups, step_estimates
 from solver_fakes import FakeCostModel, FakeTable
 
 A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
@@ -94,6 +96,48 @@ def test_a_size_no_algo_runs_on_is_estimated_inf_without_arithmetic_on_inf():
     with np.errstate(all="raise"):
         estimates = step_estimates(solver, 1, [16, 32, 64])
     assert np.isfinite(estimates[:2]).all() and estimates[2] == float("inf")
+
+
+def _image_video_batch(ranks, per_rank, index):
+    lengths, patches = draw_lengths("imagevideo", ranks * per_rank * 8, 7)
+    size = ranks * per_rank
+    return lengths[index * size:(index + 1) * size].tolist(), patches[index * size:(index + 1) * size].tolist()
+
+
+def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
+    lengths, patches = _image_video_batch(256, 2, 1)
+    solver = _solver(cost, lengths, patches, 256)
+    mask, widths = own_groups(solver, 4, _balanced(solver, 1, [4])[0], 1)
+    assert mask.sum() == 8 and widths.sum() > 256 // 2   # 8 videos with groups of their own
+    open_start, = joint_starts(solver, 1, 4)
+    closed_start, = joint_starts(solver, 1, 4, closed=True)
+    own = set(np.flatnonzero(mask).tolist())
+    groups = closed_start.grouping()
+    assert sorted(g for g in groups if own & set(g)) == sorted((i,) for i in own)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    # 4,795 ms open (the other samples also fill the videos' groups), 4,515 ms closed.
+    assert closed_start.makespan < 0.95 * open_start.makespan
+    # The planner tries it for its winning size and keeps it.
+    config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
+    with_closed = plan_batch(lengths, cost, config, patches=patches)
+    without = planner.joint_starts
+    try:
+        planner.joint_starts = lambda solver, rounds, degree, closed=False: (
+            None if closed else without(solver, rounds, degree))
+        only_open = plan_batch(lengths, cost, config, patches=patches)
+    finally:
+        planner.joint_starts = without
+    assert with_closed.predicted_ms < 0.97 * only_open.predicted_ms
+
+
+def test_own_groups_holding_few_ranks_are_not_closed():
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    lengths, patches = _image_video_batch(64, 8, 0)
+    solver = _solver(cost, lengths, patches, 64)
+    mask, widths = own_groups(solver, 8, _balanced(solver, 1, [8])[0], 1)
+    assert 0 < widths.sum() < 64 // 4
+    assert joint_starts(solver, 1, 8) is not None and joint_starts(solver, 1, 8, closed=True) is None
 
 
 @pytest.mark.parametrize("cost", [A3_8B, FAKE], ids=["a3-8b", "fake"])

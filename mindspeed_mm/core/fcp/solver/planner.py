@@ -204,7 +204,8 @@ def _lean_rounds(
 ) -> tuple[list[tuple[float, list[RoundStart]]], int]:
     """Lean search for large batches. For the fewest rounds, every group size in the order of its
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
-    rounds (else the LPT spread with one uniform start per round). Then one more round at a time with
+    rounds (else the LPT spread with one uniform start per round), and the winning size's joint start
+    with its own groups closed to the other samples. Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
     estimate, promises better (or memory was tight with one round less). Totals count each round at
     least `floor`. Returns every (total, starts) found, the fastest first (ties: the first found),
@@ -243,6 +244,10 @@ def _lean_rounds(
                 if best is None or total < best[0]:
                     best, best_size, improved = (total, starts), size, True
                     calibration = rounds_ms / estimate if estimate > 0 else 1.0
+        closed = joint_starts(solver, count, best_size, closed=True) if improved else None
+        if closed is not None:
+            found.append((sum(max(start.makespan, floor) for start in closed), closed))
+            best = min(best, found[-1], key=lambda candidate: candidate[0])
         if best is None:
             # No uniform start fits: the other start groupings, per round of the LPT spread.
             spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
