@@ -7,8 +7,9 @@ same inputs give the same plan and digest on every rank (every search budget is 
 Small problems get the thorough search: every start grouping, several round counts and spreads,
 best-improvement local search. Larger ones get the lean one (`_lean_rounds`): uniform start
 groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
-it cannot win, for the fewest rounds and then one more round at a time while that does better; then
-a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
+it cannot win (the winning size again with its long samples' own groups closed to the others, when
+those hold much of the ranks), for the fewest rounds and then one more round at a time while that
+does better; then a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
 plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
 groups that the moves left could relieve are within `polish_min_gain` of the next one. The search
 prices every group as if placed compactly; its starts are placed fastest first while a start's total

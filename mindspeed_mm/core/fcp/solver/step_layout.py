@@ -136,7 +136,8 @@ def joint_starts(solver: RoundSolver, rounds: int, degree: int, closed: bool = F
         return None
     weights = solver.marginal_ms(degree)
     weight_array = solver.marginal_array(degree)
-    rooms = [0 if closed else w * capacity - lengths[i] for w, i in zip(widths, own.tolist())] + [degree * capacity] * uniform
+    own_rooms = [0 if closed else w * capacity - lengths[i] for w, i in zip(widths, own.tolist())]
+    rooms = own_rooms + [degree * capacity] * uniform
     loads = [float(solver.device_ms[i]) / w for w, i in zip(widths, own.tolist())] + [0.0] * uniform
     scales = [degree / w for w in widths] + [1.0] * uniform
     chosen = least_loaded_assignment(rest, weights, lengths, rooms, scales, loads)
