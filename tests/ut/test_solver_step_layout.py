@@ -7,12 +7,11 @@ import pytest
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
-from mindspeed_mm.core.fcp.solver import planner
+from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, planner
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
-from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
 from mindspeed_mm.core.fcp.solver.step_layout import _balanced, _deal, joint_starts, own_groups, step_estimates
 from solver_fakes import FakeCostModel, FakeTable
 
@@ -104,7 +103,7 @@ def _image_video_batch(ranks, per_rank, index):
     return lengths[index * size:(index + 1) * size].tolist(), patches[index * size:(index + 1) * size].tolist()
 
 
-def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks():
+def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks(monkeypatch):
     cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
     lengths, patches = _image_video_batch(256, 2, 1)
     solver = _solver(cost, lengths, patches, 256)
@@ -121,13 +120,10 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
     # The planner tries it for its winning size and keeps it.
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     with_closed = plan_batch(lengths, cost, config, patches=patches)
-    without = planner.joint_starts
-    try:
-        planner.joint_starts = lambda solver, rounds, degree, closed=False: (
-            None if closed else without(solver, rounds, degree))
-        only_open = plan_batch(lengths, cost, config, patches=patches)
-    finally:
-        planner.joint_starts = without
+    both = planner.joint_starts
+    monkeypatch.setattr(planner, "joint_starts", lambda solver, rounds, degree, closed=False: (
+        None if closed else both(solver, rounds, degree)))
+    only_open = plan_batch(lengths, cost, config, patches=patches)
     assert with_closed.predicted_ms < 0.97 * only_open.predicted_ms
 
 
