@@ -117,7 +117,7 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
     # 4,795 ms open (the other samples also fill the videos' groups), 4,515 ms closed.
     assert closed_start.makespan < 0.95 * open_start.makespan
-    # The planner tries it for its winning size and keeps it.
+    # The planner tries it for every size and keeps it here.
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     with_closed = plan_batch(lengths, cost, config, patches=patches)
     both = planner.joint_starts

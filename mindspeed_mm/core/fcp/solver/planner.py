@@ -7,8 +7,8 @@ same inputs give the same plan and digest on every rank (every search budget is 
 Small problems get the thorough search: every start grouping, several round counts and spreads,
 best-improvement local search. Larger ones get the lean one (`_lean_rounds`): uniform start
 groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
-it cannot win (the winning size again with its long samples' own groups closed to the others, when
-those hold much of the ranks), for the fewest rounds and then one more round at a time while that
+it cannot win (each size also with its long samples' own groups closed to the others, when those
+hold much of the ranks), for the fewest rounds and then one more round at a time while that
 does better; then a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
 plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
 groups that the moves left could relieve are within `polish_min_gain` of the next one. The search
@@ -205,8 +205,8 @@ def _lean_rounds(
 ) -> tuple[list[tuple[float, list[RoundStart]]], int]:
     """Lean search for large batches. For the fewest rounds, every group size in the order of its
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
-    rounds (else the LPT spread with one uniform start per round), and the winning size's joint start
-    with its own groups closed to the other samples. Then one more round at a time with
+    rounds (else the LPT spread with one uniform start per round), and the same with its own groups
+    closed to the other samples (`joint_starts(closed=True)`). Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
     estimate, promises better (or memory was tight with one round less). Totals count each round at
     least `floor`. Returns every (total, starts) found, the fastest first (ties: the first found),
@@ -238,17 +238,16 @@ def _lean_rounds(
                 if spread is None:
                     spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
                 starts = _per_round(spread, lambda samples: solver.uniform_start(samples, size))
-            if starts is not None:
+            # The size again with its samples' own groups closed to the others (None where they hold few ranks).
+            for starts in (starts, joint_starts(solver, count, size, closed=True)):
+                if starts is None:
+                    continue
                 rounds_ms = sum(start.makespan for start in starts)
                 total = sum(max(start.makespan, floor) for start in starts)
                 found.append((total, starts))
                 if best is None or total < best[0]:
                     best, best_size, improved = (total, starts), size, True
                     calibration = rounds_ms / estimate if estimate > 0 else 1.0
-        closed = joint_starts(solver, count, best_size, closed=True) if improved else None
-        if closed is not None:
-            found.append((sum(max(start.makespan, floor) for start in closed), closed))
-            best = min(best, found[-1], key=lambda candidate: candidate[0])
         if best is None:
             # No uniform start fits: the other start groupings, per round of the LPT spread.
             spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []

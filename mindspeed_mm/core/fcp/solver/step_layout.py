@@ -7,8 +7,8 @@ groups in one least-loaded pass. The groups are then ranked by time and dealt to
 order, so that the slowest groups share a round: the step takes the sum of the round makespans,
 and a round whose slowest group is set by an unsplittable long sample is best filled with the other
 slow groups. Each round then gets its optimal degrees (`RoundSolver.evaluated_together`). Where the own
-groups hold much of the ranks, the planner also tries its winning size with them closed to the other
-samples (`joint_starts(closed=True)`).
+groups hold much of the ranks, the planner also tries each size with them closed to the other samples
+(`joint_starts(closed=True)`).
 
 A cheap estimate of every size's step time (`step_estimates`) orders the sizes to try and skips
 those that cannot win.
