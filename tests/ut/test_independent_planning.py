@@ -166,9 +166,13 @@ def test_micro_batches_are_dealt_longest_first_to_the_least_loaded_replica(seed)
     count, replicas = int(rng.integers(1, 30)), int(rng.integers(1, 8))
     # Few distinct times, so that ties between loads and between micro-batches really occur.
     pack_ms = rng.integers(1, 4, size=count).astype(float).tolist()
-    packs = StaticPacks(2, "ring", tuple((k,) for k in range(count)), tuple(pack_ms), None)
+    # Each micro-batch holds one or more samples, shuffled: equal times go by the micro-batches' samples.
+    bin_of = rng.permutation(np.concatenate([np.arange(count), rng.integers(0, count, size=int(rng.integers(0, 40)))]))
+    packs = StaticPacks(2, "ring", bin_of, tuple(pack_ms), None)
+    members = members_of_bins(bin_of, count)
+    assert packs.packs == members and all(members)
     load, expected = [0.0] * replicas, [[] for _ in range(replicas)]
-    for k in sorted(range(count), key=lambda k: (-pack_ms[k], k)):
+    for k in sorted(range(count), key=lambda k: (-pack_ms[k], members[k])):
         j = min(range(replicas), key=lambda j: (load[j], j))
         expected[j].append(k)
         load[j] += pack_ms[k]

@@ -3,11 +3,13 @@ with the least load among those with room for it (ties: lowest bin index).
 
 Shared by the round spread, the groupings of a round and the static layouts' micro-batches. Bins
 that all start at one load take the first items one each, in index order, without a heap (each
-item raises its bin above the untouched ones). Then two heaps keep it O(log bins) per step:
-bins with room for the current item sit in a heap by load; a bin found without room moves to a heap
-by room, and moves back as soon as an item small enough arrives. A bin without room for any remaining
-item is dropped for good once found without room. Every bin with room for the current item is in the
-load heap, so the choice is exact.
+item raises its bin above the untouched ones). Most calls never run out of room, so the items are
+first dealt ignoring room, by one heap of (load, bin); when no bin ends above its room, no choice
+was ever short of room and the deal is the answer. Otherwise two heaps keep it O(log bins) per
+step: bins with room for the current item sit in a heap by load; a bin found without room moves to
+a heap by room, and moves back as soon as an item small enough arrives. A bin without room for any
+remaining item is dropped for good once found without room. Every bin with room for the current
+item is in the load heap, so the choice is exact.
 """
 from __future__ import annotations
 
@@ -38,19 +40,15 @@ def least_loaded_assignment(
     scale = [1.0] * bins if scales is None else [float(x) for x in scales]
     order_sizes = [sizes[i] for i in order]
     order_weights = [weights[i] for i in order]
+    if bins and not overflow:
+        dealt = _dealt_ignoring_room(order_weights, list(load), scale)
+        used = [0] * bins
+        for b, size in zip(dealt, order_sizes):
+            used[b] += size
+        if all(u <= r for u, r in zip(used, room)):
+            return dealt
     out: list[int] = []
-    # First wave: bins that all start at one load take the first items one each, in index order,
-    # while every item raises its bin's load and fits: the next untouched bin is then the least loaded.
-    wave = 0
-    if len(set(load)) == 1:
-        for size, weight in zip(order_sizes[:bins], order_weights[:bins]):
-            raised = load[wave] + weight * scale[wave]
-            if not (raised > load[wave] and room[wave] >= size):
-                break
-            room[wave] -= size
-            load[wave] = raised
-            out.append(wave)
-            wave += 1
+    wave = _first_wave(order_weights, load, scale, order_sizes, room, out)
     by_load = [(load[b], b) for b in range(bins)]
     heapq.heapify(by_load)
     by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
@@ -101,4 +99,38 @@ def least_loaded_assignment(
             heapreplace(by_load, (load[chosen], chosen))
         else:
             heappush(by_load, (load[chosen], chosen))
+    return out
+
+
+def _first_wave(weights: list[float], load: list[float], scale: list[float], sizes: list[int] | None,
+                room: list[int], out: list[int]) -> int:
+    """Bins that all start at one load take the first items one each, in index order, while every item
+    raises its bin's load (and fits, unless `sizes` is None): the next untouched bin is then the least
+    loaded. Updates `load`, `room` and `out`; returns the items dealt."""
+    wave = 0
+    if len(set(load)) != 1:
+        return wave
+    for k, weight in enumerate(weights[:len(load)]):
+        raised = load[wave] + weight * scale[wave]
+        if not raised > load[wave] or (sizes is not None and room[wave] < sizes[k]):
+            break
+        if sizes is not None:
+            room[wave] -= sizes[k]
+        load[wave] = raised
+        out.append(wave)
+        wave += 1
+    return wave
+
+
+def _dealt_ignoring_room(weights: list[float], load: list[float], scale: list[float]) -> list[int]:
+    """Each item's bin when every bin has room for everything (updates `load`)."""
+    out: list[int] = []
+    wave = _first_wave(weights, load, scale, None, [], out)
+    heap = [(load[b], b) for b in range(len(load))]
+    heapq.heapify(heap)
+    heapreplace, append = heapq.heapreplace, out.append
+    for weight in weights[wave:]:
+        least, b = heap[0]
+        append(b)
+        heapreplace(heap, (least + weight * scale[b], b))
     return out

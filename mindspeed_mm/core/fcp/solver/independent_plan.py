@@ -22,20 +22,25 @@ from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms
 
 
 def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: list[int] | None,
-                                   cost: CostModel, config: SolverConfig, whole_ms: np.ndarray) -> Plan:
+                                   cost: CostModel, config: SolverConfig) -> Plan:
     """`plan`, or the static layout run as independent replicas (`static_layout.independent_rounds`)
     that finishes first when each group waits only for its own members (`dataflow_ms`): with one
     reduction per step, replicas that never wait for each other can beat rounds balanced in lockstep.
 
     A layout is skipped, without packing its micro-batches, when it cannot win: its busiest replica
-    works at least the whole batch's time on one group of its degree (`whole_ms[d - 1]`, memory
-    ignored, the best algo; a group's time is subadditive in its samples) shared by its replicas, and
-    at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
+    works at least its replicas' average, which is at least the whole batch's time on one group of
+    its degree and algo (memory ignored; a group's time is subadditive in its samples) shared by the
+    replicas, and at least its slowest sample's time alone. Layouts are tried in the order of that bound."""
     best, best_ms = plan, dataflow_ms(plan)
     node, n_ranks = config.ranks_per_node, config.num_ranks
-    layouts = sorted((float(whole_ms[d - 1]) * d / n_ranks, d, algo) for algo in cost.algos
-                     for d in static_degrees(int(lengths.max()), cost, config, algo))
     packer = StaticPacker(lengths, patches, cost)
+    layouts = []
+    for algo in cost.algos:
+        degrees = static_degrees(int(lengths.max()), cost, config, algo)
+        if degrees:
+            whole_ms = packer.whole_batch_ms(degrees, algo).tolist()
+            layouts.extend((ms * d / n_ranks, d, algo) for d, ms in zip(degrees, whole_ms))
+    layouts.sort()
     for bound, degree, algo in layouts:
         if not bound < best_ms:
             break

@@ -143,7 +143,7 @@ def plan_batch(
                 "ranks_per_node": config.ranks_per_node},
     )
     if config.step_semantics == INDEPENDENT:
-        plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config, whole)
+        plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)

@@ -11,7 +11,7 @@ replicas run them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -38,12 +38,25 @@ class StaticPacks:
     """CP degree of every group."""
     algo: str
     """Attention algo of every group."""
-    packs: tuple[tuple[int, ...], ...]
-    """Sample indices of each micro-batch, ascending."""
+    bin_of: np.ndarray
+    """Each sample's micro-batch."""
     pack_ms: tuple[float, ...]
     """Time of each micro-batch on a group placed as compactly as the node allows."""
     workloads: WorkloadColumns
     """The micro-batches' aggregated workloads (`WorkloadColumns.group_sums`), to re-price a group where it lands."""
+
+    @cached_property
+    def packs(self) -> tuple[tuple[int, ...], ...]:
+        """Sample indices of each micro-batch, ascending (built when a layout's rounds are)."""
+        return members_of_bins(self.bin_of, len(self.pack_ms))
+
+    @cached_property
+    def first_samples(self) -> list[int]:
+        """Each micro-batch's lowest sample index, which orders `packs` as tuples do (they are disjoint
+        and none is empty)."""
+        first = np.full(len(self.pack_ms), self.bin_of.size, dtype=np.int64)
+        np.minimum.at(first, self.bin_of, np.arange(self.bin_of.size))
+        return first.tolist()
 
 
 def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: str) -> list[int]:
@@ -99,6 +112,12 @@ class StaticPacker:
         self.columns = cost.workload_columns(lengths, None if patches is None else np.asarray(patches))
         self._packings: dict[tuple[int, int, bytes], tuple[np.ndarray, int] | BaselineInfeasibleError] = {}
 
+    def whole_batch_ms(self, degrees: Sequence[int], algo: str) -> np.ndarray:
+        """The whole batch's time on one group of each of `degrees` running `algo`, memory ignored."""
+        whole = self.columns.group_sums(np.arange(self.lengths.size), np.zeros(self.lengths.size, dtype=np.int64), 1)
+        table = np.asarray(degrees, dtype=np.int64).reshape(1, -1)
+        return self.cost.without_memory_limit().group_time_table(whole, table, algo)[0]
+
     def alone_ms(self, degree: int, algo: str) -> np.ndarray:
         """Each sample's time alone on a group of `degree` running `algo`."""
         degrees = np.full((self.lengths.size, 1), degree, dtype=np.int64)
@@ -124,7 +143,7 @@ class StaticPacker:
         bin_of, bins = packing
         sums = self.columns.group_sums(np.arange(bin_of.size), bin_of, bins)
         pack_ms = self.cost.group_time_table(sums, np.full((bins, 1), degree, dtype=np.int64), algo)[:, 0]
-        return StaticPacks(degree, algo, members_of_bins(bin_of, bins), tuple(pack_ms.tolist()), sums)
+        return StaticPacks(degree, algo, bin_of, tuple(pack_ms.tolist()), sums)
 
 
 def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patches: Sequence[int] | None,
@@ -140,7 +159,7 @@ def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patche
 def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
                     cost: CostModel, ranks_per_node: int) -> list[RoundPlan]:
     """Rounds of `replicas` micro-batches each; sorted chunks (slowest together) minimise the sum of the round maxima."""
-    order = sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k]))
+    order = sorted(range(len(packs.pack_ms)), key=lambda k: (-packs.pack_ms[k], packs.first_samples[k]))
     return [round_of([_group(packs, k, j, lengths, patches, cost, ranks_per_node)
                       for j, k in enumerate(order[i:i + replicas])])
             for i in range(0, len(order), replicas)]
@@ -148,7 +167,7 @@ def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patc
 
 def dealt_to_replicas(packs: StaticPacks, replicas: int) -> list[list[int]]:
     """Each replica's micro-batches: dealt longest first, each to the least-loaded replica (ties to the lowest index)."""
-    order = sorted(range(len(packs.packs)), key=lambda k: (-packs.pack_ms[k], packs.packs[k]))
+    order = sorted(range(len(packs.pack_ms)), key=lambda k: (-packs.pack_ms[k], packs.first_samples[k]))
     chosen = least_loaded_assignment(order, packs.pack_ms, [0] * len(order), [0] * replicas)
     assert chosen is not None  # nothing takes room
     dealt: list[list[int]] = [[] for _ in range(replicas)]
