@@ -51,12 +51,12 @@ class StaticPacks:
         return members_of_bins(self.bin_of, len(self.pack_ms))
 
     @cached_property
-    def first_samples(self) -> list[int]:
-        """Each micro-batch's lowest sample index, which orders `packs` as tuples do (they are disjoint
-        and none is empty)."""
+    def longest_first(self) -> list[int]:
+        """The micro-batches by time, longest first; equal times in the order of their sample tuples
+        (`packs`), which is that of their lowest sample indices (they are disjoint and none is empty)."""
         first = np.full(len(self.pack_ms), self.bin_of.size, dtype=np.int64)
         np.minimum.at(first, self.bin_of, np.arange(self.bin_of.size))
-        return first.tolist()
+        return np.lexsort((first, -np.asarray(self.pack_ms))).tolist()
 
 
 def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: str) -> list[int]:
@@ -159,7 +159,7 @@ def _group(packs: StaticPacks, k: int, replica: int, lengths: np.ndarray, patche
 def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patches: Sequence[int] | None,
                     cost: CostModel, ranks_per_node: int) -> list[RoundPlan]:
     """Rounds of `replicas` micro-batches each; sorted chunks (slowest together) minimise the sum of the round maxima."""
-    order = sorted(range(len(packs.pack_ms)), key=lambda k: (-packs.pack_ms[k], packs.first_samples[k]))
+    order = packs.longest_first
     return [round_of([_group(packs, k, j, lengths, patches, cost, ranks_per_node)
                       for j, k in enumerate(order[i:i + replicas])])
             for i in range(0, len(order), replicas)]
@@ -167,7 +167,7 @@ def lockstep_rounds(packs: StaticPacks, replicas: int, lengths: np.ndarray, patc
 
 def dealt_to_replicas(packs: StaticPacks, replicas: int) -> list[list[int]]:
     """Each replica's micro-batches: dealt longest first, each to the least-loaded replica (ties to the lowest index)."""
-    order = sorted(range(len(packs.pack_ms)), key=lambda k: (-packs.pack_ms[k], packs.first_samples[k]))
+    order = packs.longest_first
     chosen = least_loaded_assignment(order, packs.pack_ms, [0] * len(order), [0] * replicas)
     assert chosen is not None  # nothing takes room
     dealt: list[list[int]] = [[] for _ in range(replicas)]
