@@ -3,13 +3,12 @@ with the least load among those with room for it (ties: lowest bin index).
 
 Shared by the round spread, the groupings of a round and the static layouts' micro-batches. Bins
 that all start at one load take the first items one each, in index order, without a heap (each
-item raises its bin above the untouched ones). Most calls never run out of room, so the items are
-first dealt ignoring room, by one heap of (load, bin); when no bin ends above its room, no choice
-was ever short of room and the deal is the answer. Otherwise two heaps keep it O(log bins) per
-step: bins with room for the current item sit in a heap by load; a bin found without room moves to
-a heap by room, and moves back as soon as an item small enough arrives. A bin without room for any
-remaining item is dropped for good once found without room. Every bin with room for the current
-item is in the load heap, so the choice is exact.
+item raises its bin above the untouched ones). Then one heap of (load, bin) serves while the least
+loaded bin has room for each item in turn, as it mostly does. From the first item it has no room
+for, two heaps keep it O(log bins) per step: bins with room for the current item sit in a heap by
+load; a bin found without room moves to a heap by room, and moves back as soon as an item small
+enough arrives. A bin without room for any remaining item is dropped for good once found without
+room. Every bin with room for the current item is in the load heap, so the choice is exact.
 """
 from __future__ import annotations
 
@@ -40,27 +39,25 @@ def least_loaded_assignment(
     scale = [1.0] * bins if scales is None else [float(x) for x in scales]
     order_sizes = [sizes[i] for i in order]
     order_weights = [weights[i] for i in order]
-    if bins and not overflow:
-        dealt = _dealt_ignoring_room(order_weights, list(load), scale)
-        used = [0] * bins
-        for b, size in zip(dealt, order_sizes):
-            used[b] += size
-        if all(u <= r for u, r in zip(used, room)):
-            return dealt
     out: list[int] = []
-    wave = _first_wave(order_weights, load, scale, order_sizes, room, out)
+    wave = _first_wave(order_weights, order_sizes, load, scale, room, out)
     by_load = [(load[b], b) for b in range(bins)]
     heapq.heapify(by_load)
+    start = _while_the_least_loaded_has_room(order_weights, order_sizes, wave, by_load, room, scale, out)
+    if start == len(order):
+        return out
+    for least, b in by_load:
+        load[b] = least
     by_room: list[tuple[int, int]] = []   # (-room, bin) of bins set aside for lack of room
     # useful[j]: the least room a bin needs to be of use from position j on (the smallest item left;
     # nothing when items may overflow). Bins with less are dropped for good when found without room.
-    if overflow or not order:
+    if overflow:
         useful = [-(1 << 62)] * len(order)
     else:
         useful = list(accumulate(reversed(order_sizes), min))[::-1]
     append = out.append
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for pos, (size, weight) in enumerate(zip(order_sizes[wave:], order_weights[wave:]), start=wave):
+    for pos, (size, weight) in enumerate(zip(order_sizes[start:], order_weights[start:]), start=start):
         while by_room and -by_room[0][0] >= size:
             b = heappop(by_room)[1]
             heappush(by_load, (load[b], b))
@@ -102,35 +99,40 @@ def least_loaded_assignment(
     return out
 
 
-def _first_wave(weights: list[float], load: list[float], scale: list[float], sizes: list[int] | None,
+def _first_wave(weights: list[float], sizes: list[int], load: list[float], scale: list[float],
                 room: list[int], out: list[int]) -> int:
     """Bins that all start at one load take the first items one each, in index order, while every item
-    raises its bin's load (and fits, unless `sizes` is None): the next untouched bin is then the least
-    loaded. Updates `load`, `room` and `out`; returns the items dealt."""
+    raises its bin's load and fits: the next untouched bin is then the least loaded. Updates `load`,
+    `room` and `out`; returns the items dealt."""
     wave = 0
     if len(set(load)) != 1:
         return wave
-    for k, weight in enumerate(weights[:len(load)]):
+    for size, weight in zip(sizes[:len(load)], weights[:len(load)]):
         raised = load[wave] + weight * scale[wave]
-        if not raised > load[wave] or (sizes is not None and room[wave] < sizes[k]):
+        if not (raised > load[wave] and room[wave] >= size):
             break
-        if sizes is not None:
-            room[wave] -= sizes[k]
+        room[wave] -= size
         load[wave] = raised
         out.append(wave)
         wave += 1
     return wave
 
 
-def _dealt_ignoring_room(weights: list[float], load: list[float], scale: list[float]) -> list[int]:
-    """Each item's bin when every bin has room for everything (updates `load`)."""
-    out: list[int] = []
-    wave = _first_wave(weights, load, scale, None, [], out)
-    heap = [(load[b], b) for b in range(len(load))]
-    heapq.heapify(heap)
-    heapreplace, append = heapq.heapreplace, out.append
-    for weight in weights[wave:]:
-        least, b = heap[0]
+def _while_the_least_loaded_has_room(weights: list[float], sizes: list[int], start: int,
+                                     by_load: list[tuple[float, int]], room: list[int], scale: list[float],
+                                     out: list[int]) -> int:
+    """Items from `start` on, each to the least-loaded bin of the heap `by_load`, until one does not fit
+    there; updates the heap, `room` and `out` and returns the position of that item (the end if none).
+    No bin is set aside until then, so this is the exact rule with the loads kept in the heap only."""
+    if not by_load:
+        return start
+    append, heapreplace = out.append, heapq.heapreplace
+    for size, weight in zip(sizes[start:], weights[start:]):
+        least, b = by_load[0]
+        left = room[b] - size
+        if left < 0:
+            break
+        room[b] = left
         append(b)
-        heapreplace(heap, (least + weight * scale[b], b))
-    return out
+        heapreplace(by_load, (least + weight * scale[b], b))
+    return len(out)
