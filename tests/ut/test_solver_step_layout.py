@@ -7,7 +7,7 @@ import pytest
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
-from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, planner
+from mindspeed_mm.core.fcp.solver import SolverConfig, lean_search, plan_batch, planner
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
@@ -120,11 +120,35 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
     # The planner tries it for every size and keeps it here.
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     with_closed = plan_batch(lengths, cost, config, patches=patches)
-    both = planner.joint_starts
-    monkeypatch.setattr(planner, "joint_starts", lambda solver, rounds, degree, closed=False: (
+    both = lean_search.joint_starts
+    monkeypatch.setattr(lean_search, "joint_starts", lambda solver, rounds, degree, closed=False: (
         None if closed else both(solver, rounds, degree)))
     only_open = plan_batch(lengths, cost, config, patches=patches)
     assert with_closed.predicted_ms < 0.97 * only_open.predicted_ms
+
+
+def test_one_more_round_tries_the_losing_kind_of_start_only_when_it_had_none_or_the_winner_improves(monkeypatch):
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=24)
+    lengths, patches = draw_lengths("imagevideo", 192, 1)
+    config = SolverConfig(24, ranks_per_node=cost.ranks_per_node)
+    tried, every = [], lean_search.joint_starts
+
+    def recorded(solver, rounds, degree, closed=False):
+        starts = every(solver, rounds, degree, closed=closed)
+        tried.append((rounds, degree, closed, None if starts is None else sum(s.makespan for s in starts)))
+        return starts
+
+    monkeypatch.setattr(lean_search, "joint_starts", recorded)
+    plan = plan_batch(lengths, cost, config, patches=patches)
+    later = [(rounds, closed, total) for rounds, degree, closed, total in tried if rounds > 1]
+    assert all(degree == 8 for rounds, degree, _, _ in tried if rounds > 1)
+    # Size 8 had no closed start with one round: two rounds try both kinds, and the closed one wins.
+    (_, open_closed, open_ms), (_, closed_closed, closed_ms) = later[:2]
+    assert later[0][0] == later[1][0] == 2 and (open_closed, closed_closed) == (False, True) and closed_ms < open_ms
+    # Three rounds: the closed start first; it does not beat two rounds, so the open one (which lost
+    # with two rounds) is not built.
+    assert later[2:] == [(3, True, later[2][2])] and later[2][2] > closed_ms
+    assert plan.num_rounds == 2 and plan.predicted_ms == pytest.approx(closed_ms, rel=0.01)
 
 
 def test_own_groups_holding_few_ranks_are_not_closed():

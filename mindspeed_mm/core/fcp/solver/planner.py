@@ -5,12 +5,12 @@ search (`round_layout`), node-aware placement, lower bound. Pure Python/numpy an
 same inputs give the same plan and digest on every rank (every search budget is a count of moves).
 
 Small problems get the thorough search: every start grouping, several round counts and spreads,
-best-improvement local search. Larger ones get the lean one (`_lean_rounds`): uniform start
+best-improvement local search. Larger ones get the lean one (`lean_search.lean_rounds`): uniform start
 groupings of power-of-two group sizes, tried in the order of a cheap step estimate and skipped once
 it cannot win (each size also with its long samples' own groups closed to the others, when those
 hold much of the ranks), for the fewest rounds and then one more round at a time while that
 does better; then a few single-sample moves out of each round's slowest group (a budget of moves), skipped when the
-plan is already within `_GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
+plan is already within `lean_search.GOOD_ENOUGH` of the lower bound, and stopped once the round's slowest
 groups that the moves left could relieve are within `polish_min_gain` of the next one. The search
 prices every group as if placed compactly; its starts are placed fastest first while a start's total
 beats the fastest placed so far, and the fastest as placed is kept (`_fastest_placed`).
@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError, no_plan_error
+from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
+from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
@@ -42,8 +43,7 @@ from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart, SampleFacts, SearchLimits
 from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
-from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, round_counts, spread_over_rounds
-from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
+from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, no_plan, round_counts, round_limit, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.lengths import checked_counts
 
 if TYPE_CHECKING:
@@ -59,14 +59,8 @@ _THOROUGH = SearchLimits(uniform_degrees=(), bin_fractions=(1.0, 0.75, 0.5), pac
 # leaves most rounds balanced closer than that, and finer steps are far below the cost model's accuracy.
 _LEAN = SearchLimits(uniform_degrees=(), bin_fractions=(), packing_starts=False, max_moves=3, max_evaluations=0,
                      max_targets=2, max_movers=3, first_improvement=True, polish_min_gain=2e-4)
-# Lean search: round counts tried beyond the memory bound at most, and the plan / lower bound ratio
-# below which the local search is skipped.
-_LEAN_EXTRA_ROUNDS = 2
-_GOOD_ENOUGH = 1.01
 # Thorough search: rounds re-solved at most by the moves of samples between rounds.
 _EXCHANGE_BUDGET = 20
-# Share of the memory of the previous round count's ranks above which one more round is always tried.
-_TIGHT_MEMORY = 0.75
 
 
 def plan_batch(
@@ -130,7 +124,7 @@ def plan_batch(
         rounds = placed(_best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
                                      floor=floor))
     else:
-        found, moves = _lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
+        found, moves = lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
         rounds = _fastest_placed(solver, found, moves, placed, floor)
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
@@ -164,7 +158,7 @@ def _best_rounds(
     fill spread, and keeps the lowest total predicted time (each round counted at least `floor`)."""
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
-    limit = _round_limit(lengths, max_rounds)
+    limit = round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
     round_tokens = n_ranks * capacity
     # Candidate anchors of `fill_rounds`: the longest samples by device time, ranked by their
@@ -189,79 +183,8 @@ def _best_rounds(
                     best = (total, solved)
         count += 1
     if best is None:
-        raise _no_plan(solver, lengths, n_ranks, capacity, max_rounds)
+        raise no_plan(solver, lengths, n_ranks, capacity, max_rounds)
     return exchange_between_rounds(solver, best[1], _EXCHANGE_BUDGET)
-
-
-def _lean_rounds(
-    solver: RoundSolver,
-    facts: SampleFacts,
-    lengths: list[int],
-    n_ranks: int,
-    capacity: int,
-    max_rounds: int | None,
-    lower_bound: float,
-    floor: float = 0.0,
-) -> tuple[list[tuple[float, list[RoundStart]]], int]:
-    """Lean search for large batches. For the fewest rounds, every group size in the order of its
-    step estimate, stopping once the estimate is no better than a plan found: the joint start of all
-    rounds (else the LPT spread with one uniform start per round), and the same with its own groups
-    closed to the other samples (`joint_starts(closed=True)`). Then one more round at a time with
-    the winning size, while that does better and its estimate, scaled as the winner's plan is to its
-    estimate, promises better (or memory was tight with one round less). Totals count each round at
-    least `floor`. Returns every (total, starts) found, the fastest first (ties: the first found),
-    and the polish moves for their rounds (`polish_round`): none when the winner is already within
-    `_GOOD_ENOUGH` of the bound."""
-    tried = round_counts(lengths, n_ranks, capacity, max_rounds, _LEAN_EXTRA_ROUNDS)
-    limit = _round_limit(lengths, max_rounds)
-    min_samples = -(-n_ranks // solver.top_degree)
-    usable = [d for d in solver.limits.uniform_degrees if d <= solver.top_degree]
-    best: tuple[float, list[RoundStart]] | None = None
-    found: list[tuple[float, list[RoundStart]]] = []
-    best_size = 0
-    # Later round counts: estimates scaled by the winner's plan / estimate ratio.
-    calibration = 1.0
-    count = tried[0]
-    while count <= limit and (count <= tried[-1] or best is None):
-        sizes = [best_size] if best_size else usable
-        estimates = step_estimates(solver, count, sizes)
-        # The memory-free estimates miss what one more round gains when memory is tight.
-        tight = sum(lengths) > _TIGHT_MEMORY * (count - 1) * n_ranks * capacity
-        scale = 1.0 if best is None or tight else calibration
-        improved = False
-        spread: list[list[int]] | None = None
-        for estimate, size in sorted(zip(estimates, sizes)):
-            if best is not None and max(estimate * scale, count * floor) >= best[0]:
-                break
-            starts = joint_starts(solver, count, size)
-            if starts is None:
-                if spread is None:
-                    spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
-                starts = _per_round(spread, lambda samples: solver.uniform_start(samples, size))
-            # The size again with its samples' own groups closed to the others (None where they hold few ranks).
-            for starts in (starts, joint_starts(solver, count, size, closed=True)):
-                if starts is None:
-                    continue
-                rounds_ms = sum(start.makespan for start in starts)
-                total = sum(max(start.makespan, floor) for start in starts)
-                found.append((total, starts))
-                if best is None or total < best[0]:
-                    best, best_size, improved = (total, starts), size, True
-                    calibration = rounds_ms / estimate if estimate > 0 else 1.0
-        if best is None:
-            # No uniform start fits: the other start groupings, per round of the LPT spread.
-            spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
-            starts = _per_round(spread, solver.start)
-            if starts is not None:
-                best, improved = (sum(max(start.makespan, floor) for start in starts), starts), True
-                found.append(best)
-        if best is not None and not improved:
-            break
-        count += 1
-    if best is None:
-        raise _no_plan(solver, lengths, n_ranks, capacity, max_rounds)
-    moves = solver.limits.max_moves if best[0] > _GOOD_ENOUGH * lower_bound else 0
-    return sorted(found, key=lambda candidate: candidate[0]), moves
 
 
 def _fastest_placed(
@@ -287,29 +210,6 @@ def _fastest_placed(
             best, best_total = rounds, placed_total
     assert best is not None
     return best
-
-
-def _per_round(spread: list[list[int]], start: Callable[[list[int]], RoundStart | None]) -> list[RoundStart] | None:
-    """The start of every round of a spread, None when the spread is empty or a round has none."""
-    starts = []
-    for samples in spread:
-        found = start(samples)
-        if found is None:
-            return None
-        starts.append(found)
-    return starts or None
-
-
-def _round_limit(lengths: list[int], max_rounds: int | None) -> int:
-    return min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
-
-
-def _no_plan(solver: RoundSolver, lengths: list[int], n_ranks: int, capacity: int,
-             max_rounds: int | None) -> ValueError:
-    """The error of a batch without a plan, naming what the user can change (`errors.no_plan_error`)."""
-    allowed = solver.timer.allowed_degrees()
-    widest = max(d for d in allowed if d <= solver.top_degree)
-    return no_plan_error(len(lengths), min_rounds(lengths, n_ranks, capacity), n_ranks, widest, capacity, max_rounds)
 
 
 def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",

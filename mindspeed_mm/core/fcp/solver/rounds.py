@@ -7,12 +7,15 @@ loads the rounds that a long sample makes long anyway, as the step time is the s
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
-from mindspeed_mm.core.fcp.solver.errors import too_few_rounds_error
+from mindspeed_mm.core.fcp.solver.errors import no_plan_error, too_few_rounds_error
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 
 
 def min_rounds(lengths: Sequence[int], num_ranks: int, capacity_tokens: int) -> int:
@@ -122,3 +125,16 @@ def _with_min_samples(
             tokens[d] -= lengths[i]
             tokens[r] += lengths[i]
     return [sorted(m) for m in members if m]
+
+
+def round_limit(lengths: list[int], max_rounds: int | None) -> int:
+    """The most rounds a batch may take: one sample each at most, and `max_rounds`."""
+    return min(len(lengths), max_rounds) if max_rounds is not None else len(lengths)
+
+
+def no_plan(solver: "RoundSolver", lengths: list[int], n_ranks: int, capacity: int,
+             max_rounds: int | None) -> ValueError:
+    """The error of a batch without a plan, naming what the user can change (`errors.no_plan_error`)."""
+    allowed = solver.timer.allowed_degrees()
+    widest = max(d for d in allowed if d <= solver.top_degree)
+    return no_plan_error(len(lengths), min_rounds(lengths, n_ranks, capacity), n_ranks, widest, capacity, max_rounds)
