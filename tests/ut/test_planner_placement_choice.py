@@ -28,7 +28,7 @@ def _placed_rounds(monkeypatch, ranks, lengths, patches):
 def test_a_start_that_placement_costs_its_lead_gives_way_to_the_next(monkeypatch):
     # Image + video on 1024 ranks, 2 samples per rank (the flexibility report's seed 7, its 7th batch):
     # the search's best one-round starts (3,877 ms as searched, open and closed own groups tie) land with
-    # groups across node boundaries at 4,152 and 4,108 ms; the next one places at the 3,877 ms it was
+    # groups across node boundaries at 4,023 and 3,976 ms; the next one places at the 3,877 ms it was
     # searched at.
     lengths, patches = draw_lengths("imagevideo", 2048 * 8, 7)
     plan, placed = _placed_rounds(monkeypatch, 1024, lengths[6 * 2048:7 * 2048], patches[6 * 2048:7 * 2048])
@@ -37,7 +37,7 @@ def test_a_start_that_placement_costs_its_lead_gives_way_to_the_next(monkeypatch
     assert all(ms == pytest.approx(searched, rel=1e-12) for ms, _ in placed)
     *earlier, (_, last) = placed
     assert plan.predicted_ms == pytest.approx(last, rel=1e-12) == searched
-    assert all(last < 0.95 * time for _, time in earlier)
+    assert all(last < 0.98 * time for _, time in earlier)
 
 
 @pytest.mark.parametrize("workload", ["openvid", "bimodal"])
@@ -46,3 +46,19 @@ def test_a_start_placed_as_the_search_priced_it_is_placed_alone(monkeypatch, wor
     plan, placed = _placed_rounds(monkeypatch, 64, lengths, patches)
     assert len(placed) == plan.num_rounds
     assert plan.predicted_ms == pytest.approx(sum(time for _, time in placed), rel=1e-12)
+
+
+def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_kept(monkeypatch):
+    # Image + video on 256 ranks, 2 samples per rank: no round of this batch packs into whole nodes. Laid
+    # out by size alone, a 4-rank ring group of 19 samples crosses a node boundary and sets the round at
+    # 5,152 ms; letting the fastest groups cross instead gives 4,901 ms.
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
+    config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
+    lengths, patches = draw_lengths("imagevideo", 512, 0)
+    plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
+    validate_plan(plan, lengths.tolist(), cost, patches.tolist(), priced=True)
+    place = planner.place_groups
+    monkeypatch.setattr(planner, "place_groups", lambda degrees, ranks, node, times=None: place(degrees, ranks, node))
+    by_size = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
+    assert plan.extras["cross_node_groups"] > 0
+    assert plan.predicted_ms < 0.96 * by_size.predicted_ms

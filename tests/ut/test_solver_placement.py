@@ -115,3 +115,15 @@ def test_node_aligned_degrees_use_every_rank_in_powers_of_two():
     assert place_groups(degrees, 16, 8).straddling == 0
     assert aligned_degrees(cost, workloads, [1, 1, 1], 12, 12, 6) is None   # node size not a power of two
     assert aligned_degrees(cost, workloads, [8, 8, 1], 16, 16, 8) is None   # aligned degrees exceed the ranks
+
+
+def test_given_the_times_the_fastest_group_crosses_a_node_boundary():
+    # 5 + 5 + 5 + 1 on two nodes of 8: no exact packing, so one 5 must cross the boundary at rank 8.
+    degrees = [5, 5, 5, 1]
+    by_size = place_groups(degrees, 16, 8)
+    assert by_size.straddling == 1 and by_size.starts == (0, 11, 6, 5)   # the smallest (last) 5 crosses
+    by_time = place_groups(degrees, 16, 8, times=[1.0, 3.0, 5.0, 2.0])
+    assert by_time.straddling == 1 and by_time.starts == (0, 6, 11, 5)   # the faster 5 crosses
+    assert place_groups(degrees, 16, 8, times=[1.0, 5.0, 3.0, 2.0]) == by_size
+    # Where nothing must cross, the times change nothing.
+    assert place_groups([5, 4, 3, 4], 16, 8, times=[4.0, 3.0, 2.0, 1.0]) == place_groups([5, 4, 3, 4], 16, 8)

@@ -6,9 +6,10 @@ as the search priced it (an all-to-all pays for the ranks of its emptiest node; 
 then the others, largest first. The groups that fit in a node are then packed into the free space of each
 node -- the partial node after the large groups, then whole nodes -- so that none crosses a node
 boundary: an exact bin packing (depth-first, largest first, bounded). When none exists, groups are laid
-out node by node, largest that still fits first; a group that fits nowhere crosses a node boundary
-(counted and logged).
-The result depends only on the degrees, so every rank computes the same placement. `node_parts` tells
+out node by node, largest that still fits first; where none fits, one group crosses a node boundary
+(counted and logged): the smallest, or given the groups' times, the fastest (it has the most time to
+spare for the inter-node cost).
+The result depends only on the degrees (and the times given), so every rank computes the same placement. `node_parts` tells
 the cost model where each group landed (`CostModel.group_time_ms`'s `node_part`), so a group that
 crosses a node boundary is priced at the inter-node cost it pays.
 """
@@ -61,8 +62,10 @@ def _placement(starts: list[int], degrees: Sequence[int], straddling: int, ranks
     return Placement(tuple(starts), straddling, parts)
 
 
-def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) -> Placement:
-    """Contiguous, node-aware rank ranges for groups of these degrees (which must sum to num_ranks)."""
+def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int,
+                 times: Sequence[float] | None = None) -> Placement:
+    """Contiguous, node-aware rank ranges for groups of these degrees (which must sum to num_ranks);
+    `times`: the groups' times, to choose the groups that cross a node boundary when some must."""
     if sum(degrees) != num_ranks:
         raise ValueError(f"degrees sum to {sum(degrees)}, expected num_ranks={num_ranks}")
     if any(d < 1 for d in degrees):
@@ -90,8 +93,11 @@ def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) ->
     while remaining:
         room = min((position // ranks_per_node + 1) * ranks_per_node, num_ranks) - position
         fitting = [k for k in remaining if degrees[k] <= room]
-        # Largest group that still fits in this node; if none fits, the smallest one crosses over.
-        k = fitting[0] if fitting else remaining[-1]
+        # Largest group that still fits in this node; if none fits, the smallest (or fastest) one crosses over.
+        if fitting:
+            k = fitting[0]
+        else:
+            k = remaining[-1] if times is None else min(remaining, key=lambda k: (times[k], k))
         if not fitting:
             straddling += 1
         remaining.remove(k)

@@ -36,7 +36,7 @@ from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
 from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
-from mindspeed_mm.core.fcp.solver.placement import compact_node_part, place_groups
+from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, place_groups
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
@@ -259,8 +259,21 @@ def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", workloads: SampleWo
 def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int, ranks_per_node: int,
             cost: "CostModel", workloads: SampleWorkloads) -> tuple[RoundPlan, int]:
     """(degree, algo, samples, time) groups placed, each priced where it landed; and the count of
-    groups that fit a node but cross a node boundary."""
-    placement = place_groups([g[0] for g in groups], n_ranks, ranks_per_node)
+    groups that fit a node but cross a node boundary. When some must cross, they are chosen both
+    ways (`place_groups`: the smallest, the fastest) and the faster round is kept."""
+    degrees = [g[0] for g in groups]
+    best = _priced_at(place_groups(degrees, n_ranks, ranks_per_node), groups, ranks_per_node, cost, workloads)
+    if best[1]:
+        by_time = place_groups(degrees, n_ranks, ranks_per_node, [g[3] for g in groups])
+        other = _priced_at(by_time, groups, ranks_per_node, cost, workloads)
+        if other[0].predicted_ms < best[0].predicted_ms:
+            best = other
+    return best
+
+
+def _priced_at(placement: Placement, groups: list[tuple[int, str, tuple[int, ...], float]], ranks_per_node: int,
+               cost: "CostModel", workloads: SampleWorkloads) -> tuple[RoundPlan, int]:
+    """The groups on `placement`, each priced where it landed, and the count of those that cross a node boundary."""
     moved = [k for k, (degree, algo, _, _) in enumerate(groups)
              if algo != IDLE and placement.node_parts[k] != compact_node_part(degree, ranks_per_node)]
     repriced: dict[int, tuple[float, str]] = {}
