@@ -57,8 +57,8 @@ def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_ke
     lengths, patches = draw_lengths("imagevideo", 512, 0)
     plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     validate_plan(plan, lengths.tolist(), cost, patches.tolist(), priced=True)
-    place = planner.place_groups
-    monkeypatch.setattr(planner, "place_groups", lambda degrees, ranks, node, times=None: place(degrees, ranks, node))
+    both = planner.placements
+    monkeypatch.setattr(planner, "placements", lambda degrees, ranks, node, times=None: both(degrees, ranks, node))
     by_size = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     assert plan.extras["cross_node_groups"] > 0
     assert plan.predicted_ms < 0.96 * by_size.predicted_ms

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part, place_groups
+from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part, place_groups, placements
 
 
 def _ranges(degrees, placement):
@@ -122,8 +122,10 @@ def test_given_the_times_the_fastest_group_crosses_a_node_boundary():
     degrees = [5, 5, 5, 1]
     by_size = place_groups(degrees, 16, 8)
     assert by_size.straddling == 1 and by_size.starts == (0, 11, 6, 5)   # the smallest (last) 5 crosses
-    by_time = place_groups(degrees, 16, 8, times=[1.0, 3.0, 5.0, 2.0])
-    assert by_time.straddling == 1 and by_time.starts == (0, 6, 11, 5)   # the faster 5 crosses
-    assert place_groups(degrees, 16, 8, times=[1.0, 5.0, 3.0, 2.0]) == by_size
+    assert placements(degrees, 16, 8) == (by_size,)
+    both = placements(degrees, 16, 8, times=[1.0, 3.0, 5.0, 2.0])
+    assert both[0] == by_size and both[1].straddling == 1 and both[1].starts == (0, 6, 11, 5)  # the faster 5
+    # The fastest that crosses is the one that crosses by size: one layout.
+    assert placements(degrees, 16, 8, times=[1.0, 5.0, 3.0, 2.0]) == (by_size,)
     # Where nothing must cross, the times change nothing.
-    assert place_groups([5, 4, 3, 4], 16, 8, times=[4.0, 3.0, 2.0, 1.0]) == place_groups([5, 4, 3, 4], 16, 8)
+    assert placements([5, 4, 3, 4], 16, 8, times=[4.0, 3.0, 2.0, 1.0]) == (place_groups([5, 4, 3, 4], 16, 8),)

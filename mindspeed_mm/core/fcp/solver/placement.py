@@ -9,9 +9,9 @@ boundary: an exact bin packing (depth-first, largest first, bounded). When none 
 out node by node, largest that still fits first; where none fits, one group crosses a node boundary
 (counted and logged): the smallest, or given the groups' times, the fastest (it has the most time to
 spare for the inter-node cost).
-The result depends only on the degrees (and the times given), so every rank computes the same placement. `node_parts` tells
-the cost model where each group landed (`CostModel.group_time_ms`'s `node_part`), so a group that
-crosses a node boundary is priced at the inter-node cost it pays.
+The result depends only on the degrees (and the times given), so every rank computes the same placement.
+`node_parts` tells the cost model where each group landed (`CostModel.group_time_ms`'s `node_part`), so a
+group that crosses a node boundary is priced at the inter-node cost it pays.
 """
 from __future__ import annotations
 
@@ -62,10 +62,15 @@ def _placement(starts: list[int], degrees: Sequence[int], straddling: int, ranks
     return Placement(tuple(starts), straddling, parts)
 
 
-def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int,
-                 times: Sequence[float] | None = None) -> Placement:
-    """Contiguous, node-aware rank ranges for groups of these degrees (which must sum to num_ranks);
-    `times`: the groups' times, to choose the groups that cross a node boundary when some must."""
+def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) -> Placement:
+    """Contiguous, node-aware rank ranges for groups of these degrees (which must sum to num_ranks)."""
+    return placements(degrees, num_ranks, ranks_per_node)[0]
+
+
+def placements(degrees: Sequence[int], num_ranks: int, ranks_per_node: int,
+               times: Sequence[float] | None = None) -> tuple[Placement, ...]:
+    """`place_groups`'s placement, and where some groups must cross a node boundary and the groups'
+    `times` are given, also the layout in which the fastest ones cross (when it differs)."""
     if sum(degrees) != num_ranks:
         raise ValueError(f"degrees sum to {sum(degrees)}, expected num_ranks={num_ranks}")
     if any(d < 1 for d in degrees):
@@ -87,18 +92,27 @@ def place_groups(degrees: Sequence[int], num_ranks: int, ranks_per_node: int,
         for item, b in enumerate(assignment):
             starts[small[item]] = fill[b]
             fill[b] += small_sizes[item]
-        return _placement(starts, degrees, 0, ranks_per_node)
+        return (_placement(starts, degrees, 0, ranks_per_node),)
+    by_size = _node_by_node(degrees, small, list(starts), position, num_ranks, ranks_per_node, None)
+    if times is None or not by_size.straddling:
+        return (by_size,)
+    by_time = _node_by_node(degrees, small, starts, position, num_ranks, ranks_per_node, times)
+    return (by_size,) if by_time == by_size else (by_size, by_time)
+
+
+def _node_by_node(degrees: Sequence[int], small: list[int], starts: list[int], position: int, num_ranks: int,
+                  ranks_per_node: int, times: Sequence[float] | None) -> Placement:
+    """The `small` groups (largest first) laid out from `position` on, node by node, the largest that still
+    fits this node first; where none fits, one crosses over: the smallest, or given `times`, the fastest."""
     straddling = 0
     remaining = list(small)
     while remaining:
         room = min((position // ranks_per_node + 1) * ranks_per_node, num_ranks) - position
         fitting = [k for k in remaining if degrees[k] <= room]
-        # Largest group that still fits in this node; if none fits, the smallest (or fastest) one crosses over.
         if fitting:
             k = fitting[0]
         else:
             k = remaining[-1] if times is None else min(remaining, key=lambda k: (times[k], k))
-        if not fitting:
             straddling += 1
         remaining.remove(k)
         starts[k] = position

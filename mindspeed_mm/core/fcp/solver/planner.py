@@ -36,7 +36,7 @@ from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
 from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
-from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, place_groups
+from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, placements
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
@@ -260,15 +260,10 @@ def _priced(groups: list[tuple[int, str, tuple[int, ...], float]], n_ranks: int,
             cost: "CostModel", workloads: SampleWorkloads) -> tuple[RoundPlan, int]:
     """(degree, algo, samples, time) groups placed, each priced where it landed; and the count of
     groups that fit a node but cross a node boundary. When some must cross, they are chosen both
-    ways (`place_groups`: the smallest, the fastest) and the faster round is kept."""
-    degrees = [g[0] for g in groups]
-    best = _priced_at(place_groups(degrees, n_ranks, ranks_per_node), groups, ranks_per_node, cost, workloads)
-    if best[1]:
-        by_time = place_groups(degrees, n_ranks, ranks_per_node, [g[3] for g in groups])
-        other = _priced_at(by_time, groups, ranks_per_node, cost, workloads)
-        if other[0].predicted_ms < best[0].predicted_ms:
-            best = other
-    return best
+    ways (`placements`: the smallest, the fastest) and the faster round is kept (ties: the smallest)."""
+    laid_out = placements([g[0] for g in groups], n_ranks, ranks_per_node, [g[3] for g in groups])
+    priced = [_priced_at(placement, groups, ranks_per_node, cost, workloads) for placement in laid_out]
+    return min(priced, key=lambda round_and_count: round_and_count[0].predicted_ms)
 
 
 def _priced_at(placement: Placement, groups: list[tuple[int, str, tuple[int, ...], float]], ranks_per_node: int,
