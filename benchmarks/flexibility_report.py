@@ -12,7 +12,9 @@ tuned static (best (degree, algo) for the run) in lockstep rounds (FSDP) and wit
 replicas (DDP), Megatron-LM's hybrid / dynamic CP scheduler as it decides (`megatron_hybrid_cp`: its
 buckets, early exit, trim and doubling, on its own seq^2/cp estimate), the project's older
 Megatron-Core dynamic CP approximation, MindSpeed-MM's DP/CP switch. Ablations of FCP: powers of two
-only, ring only, Ulysses only, idle ranks allowed. "One degree" is the tuned static lockstep layout
+only, ring only, Ulysses only, idle ranks allowed; on request (`--strategies`), FCP with the thorough
+search every batch (`fcp_thorough_search`, `SolverConfig.thorough_search`: how much the fast search
+leaves). "One degree" is the tuned static lockstep layout
 (the static packer balances its micro-batches like FCP does).
 
 `tuned_static_fsdp_over_bound`: tuned static FSDP over the sum of FCP's per-batch lower bounds
@@ -57,6 +59,8 @@ PRESET = "a3-qwen3vl-8b"
 BASELINES = ("fcp_ddp", "static_ring_default", "static_ulysses_default", "tuned_static_fsdp", "tuned_static_ddp",
              "megatron_hybrid_cp", "mcore_dynamic_cp_approx", "mindspeed_dp_cp_switch")
 ABLATIONS = ("fcp_pow2_only", "fcp_ring_only", "fcp_ulysses_only", "fcp_idle_ranks")
+# Not run unless named in --strategies: at 8 samples per rank from 64 ranks on it takes minutes per batch.
+SLOW_VARIANTS = ("fcp_thorough_search",)
 
 
 def _fcp(batches, cost, config, semantics=LOCKSTEP):
@@ -86,6 +90,8 @@ def _run_strategy(name, batches, cost, config):
         return _fcp(batches, CostModel(cost.table, algos=(algo,)), config), ""
     if name == "fcp_idle_ranks":
         return _fcp(batches, cost, replace(config, allow_idle_ranks=True)), ""
+    if name == "fcp_thorough_search":
+        return _fcp(batches, cost, replace(config, thorough_search=True)), ""
     if name in ("static_ring_default", "static_ulysses_default"):
         algo = "ring" if name == "static_ring_default" else "ulysses"
         planner = megatron_static_cp if algo == "ring" else deepspeed_ulysses
@@ -112,10 +118,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--per-rank", type=int, default=8, help="samples per rank in a global batch (default 8)")
-    parser.add_argument("--strategies", default=",".join(BASELINES + ABLATIONS))
+    parser.add_argument("--strategies", default=",".join(BASELINES + ABLATIONS),
+                        help="comma-separated, of " + ", ".join(BASELINES + ABLATIONS + SLOW_VARIANTS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     strategies = args.strategies.split(",")
+    unknown = sorted(set(strategies) - set(BASELINES + ABLATIONS + SLOW_VARIANTS))
+    if unknown:
+        parser.error(f"--strategies: unknown {', '.join(unknown)}")
     print(f"preset {PRESET}, state sharded over the run's ranks; {args.seeds} seeds x {args.batches} batches of "
           f"{args.per_rank} samples per rank; cells: strategy time / FCP time (tuned_static_ddp: / fcp_ddp time), "
           "mean [min-max] over seeds")

@@ -12,6 +12,8 @@ from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, deepspeed_ulysses, megatron_static_cp
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
+from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
+from mindspeed_mm.core.fcp.solver import planner
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 from solver_fakes import FakeCostModel, FakeTable
 
@@ -258,3 +260,19 @@ def test_idle_groups_hold_nothing():
                                         + (replace(first, samples=(0,)),)),))
     with pytest.raises(InvalidPlanError, match="idle group holds no samples"):
         validate_plan(bad, [5000], cost, priced=True)
+
+
+def test_thorough_search_plans_a_large_batch_as_a_small_problem_would_be_planned(monkeypatch):
+    """`SolverConfig.thorough_search` gives a batch above the small-problem size (32 samples x 16 ranks)
+    the search small problems get: the plan equals the one planned with that size raised past the batch,
+    and differs from the fast search's."""
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+    config = SolverConfig(16, ranks_per_node=cost.ranks_per_node)
+    lengths, patches = (a.tolist() for a in draw_lengths("imagevideo", 32, seed=1))
+    assert len(lengths) * config.num_ranks > planner._SMALL_PROBLEM
+    fast = plan_batch(lengths, cost, config, patches=patches)
+    thorough = plan_batch(lengths, cost, replace(config, thorough_search=True), patches=patches)
+    validate_plan(thorough, lengths, cost, patches=patches, priced=True)
+    monkeypatch.setattr(planner, "_SMALL_PROBLEM", len(lengths) * config.num_ranks)
+    assert thorough.digest() == plan_batch(lengths, cost, config, patches=patches).digest()
+    assert thorough.digest() != fast.digest()

@@ -51,6 +51,11 @@ class SolverConfig:
     """How the plan's rounds run (`step_time`). `INDEPENDENT`: the planner also weighs every static
     layout run as independent replicas, whose short replicas sit the last rounds out (`IDLE` groups),
     and keeps whichever finishes first when each group waits only for its own members."""
+    thorough_search: bool = False
+    """Plan every batch with the search small problems get (`planner._SMALL_PROBLEM`: several round
+    counts and spreads, every uniform degree, every sample move), not only the small ones: about 100x
+    the planner time of the fast search at 128 samples on 64 ranks. For measuring what the fast search
+    leaves (`benchmarks/flexibility_report.py --strategies ...,fcp_thorough_search`)."""
 
     def __post_init__(self) -> None:
         if self.step_semantics not in STEP_SEMANTICS:

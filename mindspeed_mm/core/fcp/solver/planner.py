@@ -98,7 +98,7 @@ def plan_batch(
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
 
     top = min(max_degree, n_ranks)
-    thorough = len(lengths) * n_ranks <= _SMALL_PROBLEM
+    thorough = config.thorough_search or len(lengths) * n_ranks <= _SMALL_PROBLEM
     if thorough:
         limits = replace(_THOROUGH, uniform_degrees=tuple(range(2, top + 1)))
     else:
