@@ -38,12 +38,19 @@ CONFIG = Path(__file__).resolve().parents[1] / "mindspeed_mm" / "core" / "fcp" /
 
 
 def measured_timings(nproc: int, output_dir: Path) -> dict[str, float]:
-    """Median over steps 2..end of the per-step timings of one `fcp train` run (means over ranks)."""
+    """Median over steps 2..end of the per-step timings of one `fcp train` run: the gradient reduction
+    as the last rank to reach it measured it (`grad_sync_ms`: the reduction itself) and as the mean
+    over ranks (`grad_sync_mean_ms`: with each rank's wait for the slowest), the optimizer step as
+    the mean over ranks."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m",
                "mindspeed_mm.core.fcp.cli", "train", str(CONFIG), "--cpu", "--output-dir", str(output_dir)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     steps = json.loads((output_dir / "result.json").read_text())["steps"][1:]
-    return {key: statistics.median(s["timings_ms"][key] for s in steps) for key in ("grad_sync_ms", "optimizer_ms")}
+    return {
+        "grad_sync_ms": statistics.median(min(s["grad_sync_ms_per_rank"]) for s in steps),
+        "grad_sync_mean_ms": statistics.median(s["timings_ms"]["grad_sync_ms"] for s in steps),
+        "optimizer_ms": statistics.median(s["timings_ms"]["optimizer_ms"] for s in steps),
+    }
 
 
 def profiled_terms(nproc: int, output_dir: Path) -> dict[str, float]:
@@ -89,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     profiled = profiled_terms(args.nproc, args.output_dir)
     print(f"tiny decoder: {real} parameters ({modelled:.0f} counted by the preset's shape), {args.nproc} gloo "
           "processes")
+    print(f"gradient all-reduce, mean over ranks (with each rank's wait for the slowest): "
+          f"{measured['grad_sync_mean_ms']:.3f} ms")
     print("| term | measured in training, ms | preset, ms | error | profiled table, ms | error |")
     print("|---|---|---|---|---|---|")
-    for key, label in (("grad_sync_ms", "gradient reduction (all-reduce)"), ("optimizer_ms", "optimizer step (Adam)")):
+    for key, label in (("grad_sync_ms", "gradient reduction (all-reduce, last rank to arrive)"),
+                       ("optimizer_ms", "optimizer step (Adam, mean over ranks)")):
         print(f"| {label} | {measured[key]:.3f} | {terms[key]:.3f} | {100 * (terms[key] / measured[key] - 1):+.0f}% "
               f"| {profiled[key]:.3f} | {100 * (profiled[key] / measured[key] - 1):+.0f}% |")
     return 0

@@ -104,6 +104,19 @@ def test_every_sample_and_frame_group_trained_once_per_step(runs: dict, name: st
 
 
 @pytest.mark.parametrize("name", ["fcp4", "fcp6"])
+def test_each_ranks_gradient_reduction_time_is_recorded(runs: dict, name: str) -> None:
+    """The step's per-rank all-reduce times come back in rank slots whose mean is the recorded mean, and
+    the step's other timings still come after them."""
+    result = runs[name][0]
+    for step in result["steps"]:
+        per_rank = step["grad_sync_ms_per_rank"]
+        assert len(per_rank) == result["world_size"] and min(per_rank) > 0
+        assert sum(per_rank) / len(per_rank) == pytest.approx(step["timings_ms"]["grad_sync_ms"], rel=1e-9)
+        assert step["timings_ms"]["step_ms"] > step["timings_ms"]["grad_sync_ms"] + step["timings_ms"]["optimizer_ms"]
+    assert runs["reference"][0]["steps"][0]["grad_sync_ms_per_rank"] == []
+
+
+@pytest.mark.parametrize("name", ["fcp4", "fcp6"])
 def test_plans_include_the_vision_term_and_non_power_of_two_groups(runs: dict, name: str) -> None:
     result = runs[name][0]
     config = load_run_config(CONFIG)

@@ -49,6 +49,9 @@ class StepRecord:
     """Vision-encoder patches of each sample encoded, summed over all ranks (empty for a text-only model)."""
     vision_patches_per_rank: list[int] = field(default_factory=list)
     """Vision-encoder patches each rank encoded in the step (empty for a text-only model)."""
+    grad_sync_ms_per_rank: list[float] = field(default_factory=list)
+    """Each rank's `grad_sync_ms`. The smallest is the last rank to reach the all-reduce: its time is the
+    reduction itself, without waiting for a slower rank (empty for the single-process reference)."""
 
 
 @dataclass

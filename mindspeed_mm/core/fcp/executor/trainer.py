@@ -224,6 +224,8 @@ class Trainer:
         # Each rank fills its own slot, so the sum is every rank's encoded patches.
         rank_patches = torch.zeros(world, dtype=torch.float64)
         rank_patches[self.context.rank] = float(sum(r.vision_patches for r in output.rounds))
+        rank_grad_sync_ms = torch.zeros(world, dtype=torch.float64)
+        rank_grad_sync_ms[self.context.rank] = timings["grad_sync_ms"]
         summed = torch.cat(
             [
                 output.loss_sum.reshape(1),
@@ -232,6 +234,7 @@ class Trainer:
                 acc.groups,
                 acc.vision_patches,
                 rank_patches,
+                rank_grad_sync_ms,
                 torch.tensor([timings[k] for k in _TIMING_KEYS], dtype=torch.float64),
             ]
         )
@@ -248,7 +251,8 @@ class Trainer:
         groups = summed[1 + 2 * size : 1 + 3 * size].numpy().round().astype(np.int64)
         encoded_patches = summed[1 + 3 * size : 1 + 4 * size].numpy().round().astype(np.int64)
         per_rank_patches = summed[1 + 4 * size : 1 + 4 * size + world].numpy().round().astype(np.int64)
-        times_stop = 1 + 4 * size + world
+        grad_sync_ms_per_rank = summed[1 + 4 * size + world : 1 + 4 * size + 2 * world]
+        times_stop = 1 + 4 * size + 2 * world
         rank_round_ms = output.rank_round_ms
         patches = self.sampler.batch_patches(step)
         _check_accounting(step + 1, indices, lengths, loss_tokens, tokens, trained_loss_tokens, groups,
@@ -272,6 +276,7 @@ class Trainer:
             timings_ms={k: float(v) for k, v in zip(_TIMING_KEYS, mean_timings.tolist())},
             vision_patches_trained=encoded_patches.tolist() if patches is not None else [],
             vision_patches_per_rank=per_rank_patches.tolist() if patches is not None else [],
+            grad_sync_ms_per_rank=grad_sync_ms_per_rank.tolist(),
         )
 
     def _log(self, record: StepRecord, plan: Plan, observations: list[Observation] | None,
