@@ -131,6 +131,7 @@ def test_validate_rejects_infeasible_algo_and_inconsistent_times():
     ({"num_ranks": 4, "max_degree": 5}, "max_degree"),
     ({"num_ranks": 4, "max_degree": 0}, "max_degree"),
     ({"num_ranks": 4, "max_rounds": 0}, "max_rounds"),
+    ({"num_ranks": 4, "thorough_search": "yes"}, "thorough_search"),
 ])
 def test_solver_config_errors_name_the_option(kwargs, name):
     with pytest.raises(ValueError, match=name):

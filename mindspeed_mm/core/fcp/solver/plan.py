@@ -58,6 +58,8 @@ class SolverConfig:
     leaves (`benchmarks/flexibility_report.py --strategies ...,fcp_thorough_search`)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.thorough_search, bool):
+            raise ValueError(f"thorough_search must be a bool, got {self.thorough_search!r}")
         if self.step_semantics not in STEP_SEMANTICS:
             raise ValueError(f"step_semantics must be one of {', '.join(STEP_SEMANTICS)}, got {self.step_semantics!r}")
         if self.degrees is not None and (not self.degrees or any(
