@@ -11,12 +11,13 @@ import pytest
 from mindspeed_mm.core.fcp.cost import (
     ALGOS, CostModel, GroupWorkload, ModelDoesNotFitError, ProfileTable, WorkloadColumns, build_preset_table,
 )
+from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
 
 # A toy table with round numbers: 3 layers, 8 heads / 2 KV heads of 16, 4 ranks per node.
 LAYERS, HEADS, KV_HEADS, HEAD_DIM, RPN = 3, 8, 2, 16, 4
 ALPHA, BETA, GAMMA = 1e-6, 1e-4, 0.01                 # causal attention per layer: A(s), ms
 ATTN_BWD, LIN_BWD = 2.5, 2.0
-LINEAR_MS, OUTPUT_MS, VISION_MS, LAUNCH_MS = 0.002, 0.001, 0.0005, 0.5
+LINEAR_MS, OUTPUT_MS, VISION_MS, VISION_CALL_MS, LAUNCH_MS = 0.002, 0.001, 0.0005, 0.3, 0.5
 P2P = {"intra": (0.01, 1e-6), "inter": (0.05, 1e-5)}  # (latency ms, ms per byte)
 A2A = {"intra": (0.02, 2e-6), "inter": (0.08, 2e-5)}
 STATIC, WORKSPACE, ACT = 1e8, 5e7, 1e4
@@ -49,7 +50,7 @@ def toy_doc(recompute: str = "none") -> dict[str, Any]:
                              "full": {"x": lengths, "y": [2 * _attention(s) for s in lengths], "scale": "loglog"}},
             "attention_backward_ratio": ATTN_BWD, "linear_ms_per_token": LINEAR_MS,
             "linear_backward_ratio": LIN_BWD, "output_ms_per_token": OUTPUT_MS,
-            "vision_ms_per_patch": VISION_MS, "launch_ms": LAUNCH_MS,
+            "vision_ms_per_patch": VISION_MS, "vision_ms_per_call": VISION_CALL_MS, "launch_ms": LAUNCH_MS,
             "p2p_ms": {k: _affine_grid(*v) for k, v in P2P.items()},
             "all_to_all_ms": {k: _affine_grid(*v) for k, v in A2A.items()},
         },
@@ -74,11 +75,12 @@ def _affine(kind: dict[str, tuple[float, float]]) -> Comm:
 
 
 def _rest(lengths: list[int], patches: int, d: int, passes: int) -> float:
-    """Linear, output, vision and launch terms."""
+    """Linear, output, vision and launch terms: every rank of a group with patches calls the encoder once."""
     extra = (passes - 1) / (1 + LIN_BWD)
     tokens = sum(lengths)
+    vision_call = VISION_CALL_MS * (1 + extra) if patches else 0.0
     return ((LAYERS * LINEAR_MS * (1 + extra) + OUTPUT_MS) * tokens + VISION_MS * (1 + extra) * patches) / d \
-        + LAUNCH_MS
+        + vision_call + LAUNCH_MS
 
 
 def ring_reference(lengths: list[int], d: int, passes: int, patches: int = 0, p2p: Comm = _affine(P2P)) -> float:
@@ -395,6 +397,7 @@ def test_workload_errors_name_the_sample() -> None:
     text_only = toy_doc()
     text_only["model"]["vision"] = None
     text_only["time"]["vision_ms_per_patch"] = 0.0
+    text_only["time"]["vision_ms_per_call"] = 0.0
     with pytest.raises(ValueError, match="model 'toy' has no vision encoder, but the samples carry 3 patches"):
         CostModel(ProfileTable.from_dict(text_only)).workload([5], [3])
     for call in (model.workload, model.workload_columns):
@@ -502,6 +505,29 @@ def test_vision_patches_cost_time() -> None:
     plain = model.group_time_ms(model.workload([8000]), 4, "ring")
     vision = model.group_time_ms(model.workload([8000], [32000]), 4, "ring")
     assert vision > plain
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_vision_call_cost_is_paid_once_per_rank_and_only_with_patches(algo: str) -> None:
+    model = toy_model()
+    degrees = np.array([1, 2, 4])
+    text = model.group_time_ms(model.workload([4000]), degrees, algo)
+    one_patch = model.group_time_ms(model.workload([4000], [1]), degrees, algo)
+    many = model.group_time_ms(model.workload([2000, 2000], [400, 400]), degrees, algo)
+    split = model.group_time_ms(model.workload([4000], [800]), degrees, algo)
+    np.testing.assert_allclose(one_patch - text, VISION_CALL_MS + VISION_MS / degrees, rtol=1e-9)
+    # One call per rank and round, whatever the number of samples that bring the patches.
+    np.testing.assert_allclose(many - model.group_time_ms(model.workload([2000, 2000]), degrees, algo),
+                               split - text, rtol=1e-9)
+    np.testing.assert_allclose(split - text, VISION_CALL_MS + 800 * VISION_MS / degrees, rtol=1e-9)
+
+
+def test_preset_vision_call_cost_counts_the_encoder_blocks() -> None:
+    hardware, encoder = HARDWARE["a3"], MODELS["qwen3vl-8b"].encoder
+    table = CostModel.from_preset("a3-qwen3vl-8b").table
+    assert table.time.vision_ms_per_call == pytest.approx(
+        encoder.depth * (hardware.launch_ms_per_layer + hardware.attention_call_ms))
+    assert CostModel.from_preset("a3-qwen3vl-8b").table.model.vision is not None
 
 
 def test_group_time_is_fast_for_many_degrees(a3_8b: CostModel) -> None:

@@ -139,6 +139,10 @@ def test_vision_time_needs_vision_shape(doc: dict[str, Any]) -> None:
     with pytest.raises(ProfileTableError, match=r"'time.vision_ms_per_patch' must be 0 when model.vision is null"):
         ProfileTable.from_dict(doc, source="t.json")
     doc["time"]["vision_ms_per_patch"] = 0.0
+    doc["time"]["vision_ms_per_call"] = 1.0
+    with pytest.raises(ProfileTableError, match=r"'time.vision_ms_per_call' must be 0 when model.vision is null"):
+        ProfileTable.from_dict(doc, source="t.json")
+    del doc["time"]["vision_ms_per_call"]
     assert ProfileTable.from_dict(doc).model.vision is None
 
 

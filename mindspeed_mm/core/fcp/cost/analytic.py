@@ -129,8 +129,11 @@ def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> TimeFi
     head_flops = 2.0 * dec.hidden * dec.vocab / tp
     loss_bytes = 4 * 4 * dec.vocab / tp   # fp32 logits written, read by softmax, gradient written and read
     output_ms = 1e3 * (fwd_bwd * head_flops / lin_rate + loss_bytes / hw.memory_bytes_per_s)
-    vision_ms = 0.0
+    vision_ms = vision_call_ms = 0.0
     if enc is not None:
+        # Like a decoder layer, each block pays the launch cost and one attention kernel pair per call
+        # (the frame groups of a call share one varlen attention call) [inferred].
+        vision_call_ms = enc.depth * (hw.launch_ms_per_layer + hw.attention_call_ms)
         window = enc.attention_window
         vision_attn_rate = peak * 1e12 * hw.attention_efficiency * window / (window + hw.attention_half_tokens)
         vision_ms = 1e3 * (fwd_bwd * enc.matmul_forward_flops_per_patch() / tp / lin_rate
@@ -144,6 +147,7 @@ def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> TimeFi
         linear_backward_ratio=LINEAR_BACKWARD_RATIO,
         output_ms_per_token=output_ms,
         vision_ms_per_patch=vision_ms,
+        vision_ms_per_call=vision_call_ms,
         launch_ms=hw.launch_ms_per_layer * (dec.layers // setup.pp),
         p2p_intra_ms=_comm_grid(hw.p2p_intra_bytes_per_s * hw.p2p_efficiency, hw.p2p_latency_ms),
         p2p_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),

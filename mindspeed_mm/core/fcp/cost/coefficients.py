@@ -9,7 +9,8 @@ Assumptions (all stated here once):
   its document count, which keeps workloads additive and the time O(1) in documents.
 - Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
   2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
-- The vision encoder runs on the group's patches split evenly over its ranks.
+- The vision encoder runs on the group's patches split evenly over its ranks, in one call per rank
+  and round: a fixed cost per call plus a cost per patch.
 - Ulysses runs whole documents with heads / d heads per rank. Kernels do not always get d times
   faster on d times fewer heads; a table with per-degree Ulysses grids gives each degree its own
   fit, else the attention of the full heads is divided by d.
@@ -61,6 +62,8 @@ class StageCoefficients:
     """Embedding + LM head + loss, ms per token."""
     per_patch_ms: float
     """Vision encoder (with recompute), ms per patch."""
+    vision_call_ms: float
+    """Vision encoder (with recompute), fixed ms of one call on a rank holding patches."""
     launch_ms: float
     """Fixed cost of one round of a group."""
     off_diagonal: tuple[float, float, float]
@@ -81,11 +84,12 @@ class StageCoefficients:
     def non_attention_ms(self, tokens: np.ndarray, patches: np.ndarray, inv_degree: np.ndarray) -> np.ndarray:
         """The stage's non-attention work, the output layer and the vision encoder on one rank of a group
         sharing `tokens` and `patches` evenly (`inv_degree` = 1 / degree)."""
+        vision = inv_degree * (self.per_patch_ms * patches) + self.vision_call_ms * (patches > 0)
         if self.layer_linear is None:
-            return inv_degree * (self.per_token_ms * tokens + self.per_patch_ms * patches)
+            return inv_degree * (self.per_token_ms * tokens) + vision
         per_rank = inv_degree * tokens
         return (self.layer_linear_scale * self.layer_linear(per_rank) + self.output_ms_per_token * per_rank
-                + inv_degree * (self.per_patch_ms * patches))
+                + vision)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -115,6 +119,7 @@ class StageCoefficients:
             layer_linear_scale=layers * linear_scale,
             output_ms_per_token=tm.output_ms_per_token,
             per_patch_ms=tm.vision_ms_per_patch * linear_scale,
+            vision_call_ms=tm.vision_ms_per_call * linear_scale,
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
             comm_overlap=tm.comm_overlap,

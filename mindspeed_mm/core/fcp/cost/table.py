@@ -20,6 +20,8 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
   kernels run below peak, cost what they cost. Absent: `linear_ms_per_token` x `x`.
 - `time.output_ms_per_token`: embedding, LM head and loss, forward + backward, per token.
 - `time.vision_ms_per_patch`: the whole vision encoder (and merger), forward + backward, per patch.
+- `time.vision_ms_per_call` (optional, default 0): the encoder's fixed cost of one call on one rank
+  (every rank of a group holding patches encodes its share in one call per round).
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
 - `time.p2p_ms.{intra,inter}`: one point-to-point send of `x` bytes between two ranks.
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.
@@ -119,6 +121,7 @@ class ProfileTable:
                 "linear_backward_ratio": t.linear_backward_ratio,
                 "output_ms_per_token": t.output_ms_per_token,
                 "vision_ms_per_patch": t.vision_ms_per_patch,
+                **({} if t.vision_ms_per_call == 0.0 else {"vision_ms_per_call": t.vision_ms_per_call}),
                 "launch_ms": t.launch_ms,
                 "p2p_ms": {"intra": t.p2p_intra_ms.to_dict(), "inter": t.p2p_inter_ms.to_dict(),
                            **_by_size_doc(t.p2p_by_group_size_ms)},

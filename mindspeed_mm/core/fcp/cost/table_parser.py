@@ -26,8 +26,8 @@ _KEYS = {
               "vision"},
     "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch"},
     "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
-             "output_ms_per_token", "vision_ms_per_patch", "launch_ms", "p2p_ms", "all_to_all_ms", "comm_overlap",
-             "linear_ms"},
+             "output_ms_per_token", "vision_ms_per_patch", "vision_ms_per_call", "launch_ms", "p2p_ms",
+             "all_to_all_ms", "comm_overlap", "linear_ms"},
     "time.attention_ms": {"causal", "full", "off_diagonal", "ulysses"},
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
@@ -164,6 +164,9 @@ class _Parser:
         vision_ms = self.non_negative(doc, p, "vision_ms_per_patch")
         if not has_vision and vision_ms != 0:
             raise self.fail("time.vision_ms_per_patch", "0 when model.vision is null", vision_ms)
+        vision_call_ms = 0.0 if "vision_ms_per_call" not in doc else self.non_negative(doc, p, "vision_ms_per_call")
+        if not has_vision and vision_call_ms != 0:
+            raise self.fail("time.vision_ms_per_call", "0 when model.vision is null", vision_call_ms)
         return TimeFigures(
             attention_causal_ms=self.grid(self.get(attention, "time.attention_ms", "causal"),
                                           "time.attention_ms.causal"),
@@ -174,6 +177,7 @@ class _Parser:
             linear_backward_ratio=self.positive(doc, p, "linear_backward_ratio"),
             output_ms_per_token=self.non_negative(doc, p, "output_ms_per_token"),
             vision_ms_per_patch=vision_ms,
+            vision_ms_per_call=vision_call_ms,
             launch_ms=self.non_negative(doc, p, "launch_ms"),
             p2p_intra_ms=self.grid(self.get(p2p, "time.p2p_ms", "intra"), "time.p2p_ms.intra"),
             p2p_inter_ms=self.grid(self.get(p2p, "time.p2p_ms", "inter"), "time.p2p_ms.inter"),

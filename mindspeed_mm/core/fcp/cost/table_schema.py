@@ -126,6 +126,9 @@ class TimeFigures:
     """Intra-node all-to-all curves per group size (None: `all_to_all_intra_ms` for every size)."""
     attention_ulysses_ms: dict[int, Grid] | None = None
     """Per Ulysses degree: one rank's attention (model mask, heads / d heads) vs document tokens."""
+    vision_ms_per_call: float = 0.0
+    """Vision encoder + merger, forward + backward: the fixed cost of one call on one rank whatever its
+    patches (per-block kernel launches and calls; 0 without a vision encoder)."""
     linear_ms: Grid | None = None
     """Non-attention work of one layer above its fixed cost, forward + backward, vs the tokens a rank
     holds (measured points: small shards run kernels below their peak); None: `linear_ms_per_token` x tokens."""
