@@ -1,24 +1,24 @@
 """The cost model's vision-encoder term against the real encoder on this host.
 
-The term prices the vision encoder and merger, forward + backward, as `time.vision_ms_per_patch` x
-patches (`cost.coefficients`); an analytic preset derives the figure from the encoder shape's FLOPs
-per patch, the hardware's peak and its linear and attention efficiencies (`cost.analytic.time_figures`).
+The term prices the vision encoder and merger, forward + backward, of one rank in a round as
+`time.vision_ms_per_call` + `time.vision_ms_per_patch` x patches (`cost.coefficients`). Two sources of
+the figures are checked:
+- the `cpu-tiny` preset the example plans with (`cost.analytic.time_figures`: the encoder blocks'
+  launch and attention-call costs per call, the encoder FLOPs per patch at the preset's peak and
+  efficiencies), and
+- what `fcp profile` measures (`profiler.vision`): the line through calls of 1, 2, 4 and 8 synthetic
+  frame groups of the preset's attention window, taken here in the same process.
 
 This script builds the encoder of the tiny Qwen3-VL example (`examples/qwen3vl/tiny_qwen3vl_fcp_cpu.yaml`,
-the encoder `fcp train` runs) in one process, encodes the frame groups of single samples and of packed
-batches of several samples from the example's dataset, and times forward + backward (median of
-`--repeats` after a warm-up). Each case is compared with
-- the `cpu` hardware preset's figure for the YAML's encoder shape (attention window: each sample's
-  patches per frame group), and
-- the figure of the `cpu-tiny` preset that the example plans with, whose encoder shape is the
-  project's tiny one (`cost.presets.MODELS["tiny"]`), not the YAML's.
+the encoder `fcp train` runs and the `tiny` preset's shape), encodes the frame groups of single samples
+and of packed batches of several samples from the example's dataset (their frames, and windows of 48 or
+60 patches), and times forward + backward (median of `--repeats` after a warm-up).
 
     python benchmarks/vision_term_validation.py [--repeats 7]
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import statistics
@@ -30,28 +30,18 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.cost.analytic import ModelPreset, Setup, time_figures
-from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
-from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
+from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.executor.config import load_run_config
 from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
 from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch, VisionEncoder
+from mindspeed_mm.core.fcp.profiler.compute import Repeats
+from mindspeed_mm.core.fcp.profiler.config import DEFAULT_VISION_FRAME_GROUPS
+from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, model_parallel_state, vision_config, vision_figures
 
 logger = logging.getLogger("vision_term_validation")
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
 # Samples of the example's dataset encoded alone, then packed together, as a round's group packs them.
 CASES = ((0,), (1,), (2,), (3,), (0, 1), (2, 3, 4), (0, 1, 2, 3, 4, 5), tuple(range(12)))
-
-
-def yaml_encoder_ms_per_patch(vision, out_hidden: int, window: int) -> float:
-    """The `cpu` preset's vision figure for the YAML's encoder shape, with `window` patches per attention sequence."""
-    shape = EncoderShape(depth=vision.num_layers, hidden=vision.hidden_size, heads=vision.num_attention_heads,
-                         mlp=vision.ffn_hidden_size, patch_size=vision.patch_size,
-                         spatial_merge=vision.spatial_merge_size, temporal_patch=vision.temporal_patch_size,
-                         out_hidden=out_hidden, mergers=1, attention_window=window)
-    model = dataclasses.replace(MODELS["tiny"], encoder=shape)
-    setup = Setup(tp=1, pp=1, dtype="fp32", recompute="none", sharding="none", shard_ranks=1)
-    return time_figures(HARDWARE["cpu"], model, setup).vision_ms_per_patch
 
 
 def timed_ms(encoder: VisionEncoder, frames: FrameBatch, repeats: int) -> float:
@@ -74,53 +64,63 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # as each `fcp train` process runs (OMP_NUM_THREADS=1)
     with tempfile.TemporaryDirectory() as store:
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(store, 'store')}", rank=0, world_size=1)
-        from megatron.core import parallel_state
-
-        parallel_state.initialize_model_parallel(1, 1)
         try:
-            rows = _measure(args.repeats)
+            with model_parallel_state():
+                profiled = _profiled(args.repeats)
+                rows = _measure(args.repeats)
         finally:
-            parallel_state.destroy_model_parallel()
             dist.destroy_process_group()
-    planned_per_patch = CostModel.from_preset("cpu-tiny").table.time.vision_ms_per_patch
-    print(f"`cpu-tiny` preset (the example plans with it): {planned_per_patch:.5f} ms per patch")
-    print("| samples | patches | measured, ms | cpu preset, YAML shape, ms | error | cpu-tiny preset, ms | error |")
-    print("|---|---|---|---|---|---|---|")
-    errors, planned_errors = [], []
-    for samples, patches, measured, predicted in rows:
-        planned = planned_per_patch * patches
-        errors.append(predicted / measured - 1)
-        planned_errors.append(planned / measured - 1)
-        print(f"| {','.join(map(str, samples))} | {patches} | {measured:.2f} | {predicted:.2f} | "
-              f"{100 * errors[-1]:+.0f}% | {planned:.2f} | {100 * planned_errors[-1]:+.0f}% |")
-    print(f"mean absolute error: cpu preset for the YAML's shape {100 * statistics.mean(map(abs, errors)):.0f}%, "
-          f"cpu-tiny {100 * statistics.mean(map(abs, planned_errors)):.0f}%")
+    preset = CostModel.from_preset("cpu-tiny").table.time
+    sources = {"cpu-tiny preset": (preset.vision_ms_per_call, preset.vision_ms_per_patch), "profiled": profiled}
+    for name, (call, patch) in sources.items():
+        print(f"{name}: {call:.3f} ms per call + {patch:.5f} ms per patch")
+    print("| samples | patches | measured, ms | " + " | ".join(f"{n}, ms | error" for n in sources) + " |")
+    print("|---|---|---|" + "---|---|" * len(sources))
+    errors: dict[str, list[float]] = {name: [] for name in sources}
+    for samples, patches, measured in rows:
+        cells = []
+        for name, (call, patch) in sources.items():
+            predicted = call + patch * patches
+            errors[name].append(predicted / measured - 1)
+            cells.append(f"{predicted:.2f} | {100 * errors[name][-1]:+.0f}%")
+        print(f"| {','.join(map(str, samples))} | {patches} | {measured:.2f} | " + " | ".join(cells) + " |")
+    print("mean absolute error: " + ", ".join(f"{name} {100 * statistics.mean(map(abs, e)):.0f}%"
+                                               for name, e in errors.items()))
     slope, fixed = statistics.linear_regression([float(r[1]) for r in rows], [r[2] for r in rows])
-    print(f"measured, least squares: {fixed:.2f} ms per call + {slope:.5f} ms per patch "
-          "(the term has no per-call part)")
+    print(f"measured, least squares: {fixed:.2f} ms per call + {slope:.5f} ms per patch")
     return 0
 
 
-def _measure(repeats: int) -> list[tuple[tuple[int, ...], int, float, float]]:
+def _profiled(repeats: int) -> tuple[float, float]:
+    """(ms per call, ms per patch) as `fcp profile` measures them, on this process."""
+    probe = EncoderProbe(MODELS["tiny"].encoder, "fp32", torch.device("cpu"), seed=0)
+    timing = Repeats(warmup=1, repeats=repeats, device=torch.device("cpu"), min_sample_ms=25.0, clock="cpu")
+    calls = {groups: statistics.median(probe.samples(groups, timing).times_ms) for groups in DEFAULT_VISION_FRAME_GROUPS}
+    figures = vision_figures(probe.shape, DEFAULT_VISION_FRAME_GROUPS, calls, 0.0)
+    return figures.ms_per_call, figures.ms_per_patch
+
+
+def _measure(repeats: int) -> list[tuple[tuple[int, ...], int, float]]:
     config = load_run_config(CONFIG)
     vision = config.vision
     assert vision is not None, f"{CONFIG} has no vision section"
+    shape = MODELS["tiny"].encoder
+    if vision_config(shape) != vision or shape.out_hidden != config.model.hidden_size:
+        raise SystemExit(f"the tiny preset's encoder {shape} is not the one of {CONFIG}")
     dataset = build_video_dataset(config)
     torch.manual_seed(config.training.seed)
     encoder = VisionEncoder(vision, config.model.hidden_size, config.model.init_method_std)
     rows = []
     for samples in CASES:
-        groups, layouts, predicted = [], [], 0.0
+        groups, layouts = [], []
         for index in samples:
             layout = dataset.layout(index)
-            predicted += layout.vision_patches * yaml_encoder_ms_per_patch(
-                vision, config.model.hidden_size, layout.patches_per_group)
             for group in range(layout.frame_groups):
                 groups.append(dataset.frame_group(index, group))
                 layouts.append(layout)
         frames = FrameBatch.from_frame_groups(groups, layouts)
         patches = int(frames.patches.shape[0])
-        rows.append((samples, patches, timed_ms(encoder, frames, repeats), predicted))
+        rows.append((samples, patches, timed_ms(encoder, frames, repeats)))
         logger.info("samples %s: %d patches", samples, patches)
     return rows
 

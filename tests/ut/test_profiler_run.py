@@ -15,6 +15,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cli import main
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable
+from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.profiling import write_profile
 from mindspeed_mm.core.fcp.profiler.world import WorldError
@@ -38,11 +39,17 @@ def test_profile_and_validate_a_tiny_grid(tmp_path: Path, capsys: pytest.Capture
     assert prov["source"] == "measured by fcp profile" and prov["profile_seconds"] > 0
     assert {"torch", "python", "fcp"} <= set(prov["versions"]) and prov["device_name"]
     assert prov["measurement"]["clock"] == "cpu" and prov["validated_in_the_same_run"] is True
-    assert set(prov["phase_seconds"]) == {"attention", "linear", "communication", "step", "memory", "validation"}
+    assert set(prov["phase_seconds"]) == {"attention", "linear", "communication", "step", "vision", "memory",
+                                          "validation"}
     assert table.time.attention_causal_ms.x == (8.0, 16.0, 32.0) and table.time.attention_off_diagonal_ms is not None
     assert set(table.time.attention_ulysses_ms) == {2} and set(table.time.all_to_all_by_group_size_ms) == {2}
     assert table.memory.activation_bytes_per_token > 0 and table.memory.static_bytes > 0
     assert table.step.optimizer_ms > 0 and table.step.replica_reduction_ms > 0 and table.step.fsdp_round_ms > 0
+    # The tiny preset's encoder, timed on 1, 2, 4, 8 frame groups.
+    assert table.model.vision is not None and table.model.vision.depth == MODELS["tiny"].encoder.depth
+    assert set(prov["vision_ms_by_frame_groups"]) == {"1", "2", "4", "8"}
+    assert table.time.vision_ms_per_call + table.time.vision_ms_per_patch > 0
+    assert table.memory.vision_activation_bytes_per_token > 0
 
     # The planner takes the measured table as it takes a preset.
     cost = CostModel(table, max_tokens_per_rank=64)
@@ -120,6 +127,7 @@ def test_a_killed_profile_leaves_no_temporary_folder(tmp_path: Path) -> None:
         (["--check-table", "{tmp}/t.json"], "--check-table needs --validate"),
         (["-o", "{tmp}/t.json", "--world-size", "1"], "--world-size must be >= 2"),
         (["-o", "{tmp}/t.json", "--dtype", "bf16"], "the CPU profile runs fp32 only"),
+        (["-o", "{tmp}/t.json", "--vision-frame-groups", "4"], "--vision-frame-groups needs at least 2 values"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(argv: list[str], message: str, tmp_path: Path,

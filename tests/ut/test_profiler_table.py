@@ -31,6 +31,8 @@ LAUNCH_1, LAUNCH_2 = 1.5, 2.5              # decoder of 1 / 2 layers without att
 BLOCK_MS = 2.0                             # reference block of the busy exchanges
 ACTIVATION = 12000.0                       # bytes per token
 STEP_MS = {"optimizer": 3.0, "all_reduce": 7.0, "all_gather": 2.0, "reduce_scatter": 4.0}
+VISION_CALL_MS, VISION_PATCH_MS = 1.2, 0.005   # encoder: per call, per patch
+VISION_ACTIVATION = 9000.0                      # bytes per merged token
 
 
 def attention_ms(kind: str, s: int) -> float:
@@ -74,13 +76,16 @@ def measurements(rank: int, p2p_busy: str, whole_ms: dict[tuple[int, ...], float
             m.comm[("all_to_all", size, nbytes)] = CommSamples(_samples(a2a), _samples(BLOCK_MS + a2a),
                                                                 _samples(BLOCK_MS))
     m.step.update({kind: _samples(ms * (1 + 0.1 * rank), 0.05) for kind, ms in STEP_MS.items()})
+    window = CONFIG.encoder.attention_window
+    m.vision.update({groups: _samples(VISION_CALL_MS + VISION_PATCH_MS * groups * window, 0.05)
+                     for groups in CONFIG.vision_frame_groups})
     return m
 
 
 def facts() -> RankFacts:
     low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
     return RankFacts({low: int(5e5 + ACTIVATION * low), high: int(5e5 + ACTIVATION * high)}, 2_000_000,
-                     300_000_000, 0.05, {"attention": 1.0})
+                     300_000_000, 0.05, {"attention": 1.0}, VISION_ACTIVATION)
 
 
 def table_of(p2p_busy: str = "added", whole_ms: dict[tuple[int, ...], float] | None = None) -> ProfileTable:
@@ -126,7 +131,14 @@ def test_every_figure_comes_from_the_measurements() -> None:
     assert table.memory.activation_bytes_per_token == pytest.approx(ACTIVATION)
     assert table.memory.static_bytes == 2_000_000 and table.memory.workspace_bytes == 300_000_000
     assert table.hardware.device == "cpu" and table.hardware.ranks_per_node == 8
-    assert table.model == CONFIG.model and table.dtype == "fp32" and table.recompute == "none"
+    assert table.model == CONFIG.table_model and table.dtype == "fp32" and table.recompute == "none"
+    enc = CONFIG.encoder
+    assert table.model.vision is not None and (table.model.vision.depth, table.model.vision.patch_size) == (
+        enc.depth, enc.patch_size)
+    # The encoder is timed whole: its line, not scaled by the decoder's composition factor.
+    assert t.vision_ms_per_call == pytest.approx(VISION_CALL_MS)
+    assert t.vision_ms_per_patch == pytest.approx(VISION_PATCH_MS)
+    assert table.memory.vision_activation_bytes_per_token == pytest.approx(VISION_ACTIVATION)
     # Step figures: the median rank's (rank 1 measured 1.1 x), an FSDP round = 2 all-gathers + 1 reduce-scatter.
     assert table.step.optimizer_ms == pytest.approx(1.1 * 3.0)
     assert table.step.replica_reduction_ms == pytest.approx(1.1 * 7.0)
@@ -134,6 +146,20 @@ def test_every_figure_comes_from_the_measurements() -> None:
     prov = table.provenance
     assert prov["source"] == "measured by fcp profile" and prov["device_name"] == "test cpu"
     assert prov["measurement"]["clock"] == "cpu" and prov["measurement"]["world_size"] == 3
+
+
+def test_a_profile_without_the_encoder_is_a_text_only_table() -> None:
+    config = dataclasses.replace(CONFIG, encoder=None)
+    ranks = [measurements(r, "added") for r in range(3)]
+    for m in ranks:
+        m.vision.clear()
+    text_facts = dataclasses.replace(facts(), vision_activation_bytes_per_token=None)
+    table = build_table(config, ranks, [text_facts] * 3, {"rank_memory_bytes": 2**31})
+    assert table.model.vision is None and table.model == CONFIG.model
+    assert table.time.vision_ms_per_call == table.time.vision_ms_per_patch == 0.0
+    assert table.memory.vision_activation_bytes_per_token == 0.0
+    with pytest.raises(ValueError, match="has no vision encoder"):
+        CostModel(table).workload([64], patches=[16])
 
 
 def test_transfers_a_step_cannot_hide_are_charged_as_the_busy_step_shows() -> None:

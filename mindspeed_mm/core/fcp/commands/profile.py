@@ -15,7 +15,9 @@ from mindspeed_mm.core.fcp.profiler.config import (
     DEFAULT_BACKEND,
     DEFAULT_LINEAR_TOKENS,
     DEFAULT_MESSAGE_BYTES,
+    DEFAULT_VISION_FRAME_GROUPS,
     ProfileConfig,
+    encoder_shape,
     model_shape,
 )
 from mindspeed_mm.core.fcp.profiler.profiling import ProfileResult, ValidationPlan, check_writable, write_profile
@@ -62,7 +64,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     target.add_argument("-o", "--output", type=Path, metavar="FILE", help="profile table to write (JSON)")
     target.add_argument("--check-table", type=Path, metavar="FILE",
                         help="validate an existing table instead of profiling (its load may differ from now)")
-    parser.add_argument("--model", default="tiny", choices=sorted(MODELS), help="decoder shape (default tiny)")
+    parser.add_argument("--model", default="tiny", choices=sorted(MODELS),
+                        help="decoder and vision encoder shape (default tiny)")
+    parser.add_argument("--no-vision", action="store_true",
+                        help="profile the decoder only (a text-only table: model.vision null, vision figures 0)")
+    parser.add_argument("--vision-frame-groups", type=size_list, default=DEFAULT_VISION_FRAME_GROUPS, metavar="G,G,...",
+                        help="frame groups of the encoder's attention window per timed encoder call (default "
+                        f"{_csv(DEFAULT_VISION_FRAME_GROUPS)})")
     parser.add_argument("--device", default="cpu", choices=DEVICES, help="device kind (default cpu)")
     parser.add_argument("--backend", help="torch.distributed backend (default: gloo / nccl / hccl by device)")
     parser.add_argument("--dtype", default="fp32", choices=DTYPES, help="dtype (default fp32)")
@@ -104,7 +112,8 @@ def _csv(values: tuple[int, ...]) -> str:
 def _config(args: argparse.Namespace) -> ProfileConfig:
     sweeps, repeats = _VALIDATING if args.validate and args.check_table is None else _PROFILE_ONLY
     return ProfileConfig(
-        model=model_shape(args.model), dtype=args.dtype, device=args.device,
+        model=model_shape(args.model), encoder=None if args.no_vision else encoder_shape(args.model),
+        vision_frame_groups=args.vision_frame_groups, dtype=args.dtype, device=args.device,
         backend=args.backend or DEFAULT_BACKEND[args.device], world_size=args.world_size,
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,
         linear_tokens=args.linear_tokens, message_bytes=args.message_bytes, warmup=args.warmup,
@@ -139,6 +148,9 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
         f"p2p {tm.p2p_intra_ms.y[0]:.2f}..{tm.p2p_intra_ms.y[-1]:.2f} ms, all-to-all "
         f"{tm.all_to_all_intra_ms.y[0]:.2f}..{tm.all_to_all_intra_ms.y[-1]:.2f} ms over "
         f"{int(tm.p2p_intra_ms.x[0])}..{int(tm.p2p_intra_ms.x[-1])} bytes",
+        f"vision encoder {tm.vision_ms_per_call:.2f} ms per call + {tm.vision_ms_per_patch * 1e3:.2f} us per patch, "
+        f"{t.memory.vision_activation_bytes_per_token:.0f} B per merged token" if t.model.vision is not None
+        else "no vision encoder profiled",
         f"activations {t.memory.activation_bytes_per_token:.0f} B/token, training state "
         f"{t.memory.static_bytes / 2**20:.1f} MiB",
     ]

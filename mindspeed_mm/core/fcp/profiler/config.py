@@ -1,13 +1,15 @@
 """What `fcp profile` measures and how: model shape, device, grids, repeats; checked on construction."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
 
 import torch
 
 from mindspeed_mm.core.fcp.cost.presets import MODELS
-from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape
+from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
+from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape, VisionShape
 from mindspeed_mm.core.fcp.profiler.timing import STATISTICS, check_clock
 from mindspeed_mm.core.fcp.profiler.world import check_backend
 
@@ -15,15 +17,25 @@ DEFAULT_ATTENTION_LENGTHS = (16, 32, 64, 128, 256, 512)
 DEFAULT_LINEAR_TOKENS = (64, 256, 1024, 2048)
 DEFAULT_MESSAGE_BYTES = (1024, 65536, 1048576)
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+DEFAULT_VISION_FRAME_GROUPS = (1, 2, 4, 8)
 
 
 def model_shape(name: str) -> ModelShape:
-    """The decoder shape of a model preset (`tiny`, `qwen3vl-8b`, ...); the vision encoder is not profiled."""
-    if name not in MODELS:
-        raise ValueError(f"--model: unknown model {name!r}; valid: {sorted(MODELS)}")
-    dec = MODELS[name].decoder
+    """The decoder shape of a model preset (`tiny`, `qwen3vl-8b`, ...); its encoder is `encoder_shape`'s."""
+    dec = _preset(name).decoder
     return ModelShape(name=name, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
                       head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal", vision=None)
+
+
+def encoder_shape(name: str) -> EncoderShape | None:
+    """The vision encoder shape of a model preset (None for a text-only one)."""
+    return _preset(name).encoder
+
+
+def _preset(name: str):
+    if name not in MODELS:
+        raise ValueError(f"--model: unknown model {name!r}; valid: {sorted(MODELS)}")
+    return MODELS[name]
 
 
 def check_device(device: str) -> None:
@@ -52,6 +64,10 @@ class ProfileConfig:
 
     model: ModelShape = field(default_factory=lambda: model_shape("tiny"))
     """Decoder shape to profile (one rank's shard: TP = PP = 1)."""
+    encoder: EncoderShape | None = field(default_factory=lambda: encoder_shape("tiny"))
+    """Vision encoder shape to profile (None: a text-only table, `model.vision` null)."""
+    vision_frame_groups: tuple[int, ...] = DEFAULT_VISION_FRAME_GROUPS
+    """Frame groups of the encoder's attention window per timed encoder call."""
     dtype: str = "fp32"
     """Activation / parameter dtype: one of DTYPES."""
     device: str = "cpu"
@@ -127,6 +143,19 @@ class ProfileConfig:
         _check_sizes("--attention-lengths", self.attention_lengths, minimum=2, at_least=3)
         _check_sizes("--linear-tokens", self.linear_tokens, at_least=2)
         _check_sizes("--message-bytes", self.message_bytes, at_least=2)
+        if self.encoder is not None:
+            _check_sizes("--vision-frame-groups", self.vision_frame_groups, at_least=2)
+
+    @property
+    def table_model(self) -> ModelShape:
+        """The table's model: the decoder shape and, when profiled, the encoder's."""
+        enc = self.encoder
+        if enc is None:
+            return self.model
+        vision = VisionShape(depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp,
+                             patch_size=enc.patch_size, spatial_merge=enc.spatial_merge,
+                             temporal_patch=enc.temporal_patch)
+        return dataclasses.replace(self.model, vision=vision)
 
     def docs_per_call(self, length: int) -> int:
         """Documents of `length` tokens packed into one timed attention call."""

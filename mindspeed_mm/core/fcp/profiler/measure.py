@@ -27,6 +27,7 @@ from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
 from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
+from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe
 
 MEMORY_PROBE_LENGTHS = ((64, 32, 32), (256, 128, 128))
 """Two packed batches (document lengths) whose saved-activation difference gives bytes per token."""
@@ -56,6 +57,8 @@ class RankFacts:
     """Achieved dense matmul throughput."""
     phase_seconds: dict[str, float]
     """Elapsed time of each measurement phase, all sweeps together."""
+    vision_activation_bytes_per_token: float | None = None
+    """Encoder activations kept for backward per merged token (None: no encoder profiled)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class RankMeasurements:
     """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
     step: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """`step_costs.STEP_KINDS` -> the optimizer step and the whole-model collectives over the world."""
+    vision: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """Frame groups of one encoder call -> its forward + backward (empty: no encoder profiled)."""
 
     def __add__(self, other: "RankMeasurements") -> "RankMeasurements":
         """The samples of both (e.g. two sweeps) under each key."""
@@ -127,6 +132,8 @@ class RankProfiler:
         self.whole_decoder = Decoder(shape, config.dtype, config.seed).to(self.device)
         self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
                                      self.device, config.seed)
+        self.encoder = None if config.encoder is None else EncoderProbe(config.encoder, config.dtype, self.device,
+                                                                          config.seed)
         self.phase_seconds: dict[str, float] = {}
         """Elapsed seconds per measurement phase so far."""
 
@@ -151,7 +158,8 @@ class RankProfiler:
         c = self.config
         return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
                 + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
-                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1)
+                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1
+                + (0 if self.encoder is None else len(c.vision_frame_groups)))
 
     def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
         """Every time measurement once, with `repeats` samples each."""
@@ -198,7 +206,12 @@ class RankProfiler:
         # A decoder of its own: the optimizer steps change its weights and leave gradients behind.
         out.step.update(step_samples(Decoder(c.model, c.dtype, c.seed).to(self.device), c.dtype, timing, c.seed))
         on_step("optimizer step and gradient reduction")
-        self._phase("step", started)
+        started = self._phase("step", started)
+        if self.encoder is not None:
+            for groups in c.vision_frame_groups:
+                out.vision[groups] = self.encoder.samples(groups, timing).times_ms
+                on_step(f"vision encoder {groups} frame group(s)")
+            self._phase("vision", started)
         return out
 
     def _phase(self, name: str, started: float) -> float:
@@ -215,6 +228,10 @@ class RankProfiler:
                       for lengths in MEMORY_PROBE_LENGTHS}
         state = training_state_bytes(full, c.model, self.device, c.seed)
         tflops = matmul_tflops(c.dtype, Repeats(c.warmup, c.repeats, self.device, c.min_sample_ms, "wall"))
+        vision = None
+        if self.encoder is not None:
+            groups = c.vision_frame_groups
+            vision = self.encoder.activation_bytes_per_token(groups[0], groups[-1])
         dist.barrier()
         self._phase("memory", started)
-        return RankFacts(activation, state, self.runtime_bytes, tflops, dict(self.phase_seconds))
+        return RankFacts(activation, state, self.runtime_bytes, tflops, dict(self.phase_seconds), vision)

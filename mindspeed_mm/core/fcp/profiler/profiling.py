@@ -7,6 +7,7 @@ run (on a shared host it does, by tens of percent over minutes).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -31,6 +32,7 @@ from mindspeed_mm.core.fcp.profiler.validation import (
     build_report,
     check_rounds,
 )
+from mindspeed_mm.core.fcp.profiler.vision import model_parallel_state
 from mindspeed_mm.core.fcp.profiler.world import run_world
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,12 @@ def _passes_per_sweep(passes: int, sweeps: int) -> list[int]:
 def _profile_rank(rank: int, world_size: int, config: ProfileConfig, plan: ValidationPlan | None,
                   progress: bool) -> tuple[RankMeasurements, RankFacts, list[list[float]] | None]:
     """World function: the sweeps (and validation passes between them) of one rank."""
+    with model_parallel_state() if config.encoder is not None else contextlib.nullcontext():
+        return _measure_rank(rank, world_size, config, plan, progress)
+
+
+def _measure_rank(rank: int, world_size: int, config: ProfileConfig, plan: ValidationPlan | None,
+                  progress: bool) -> tuple[RankMeasurements, RankFacts, list[list[float]] | None]:
     profiler = RankProfiler(rank, world_size, config)
     runner = None
     if plan is not None:

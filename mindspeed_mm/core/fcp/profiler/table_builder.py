@@ -15,6 +15,7 @@ from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
 from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements, probe_layers
 from mindspeed_mm.core.fcp.profiler.timing import summarize
+from mindspeed_mm.core.fcp.profiler.vision import VisionFigures, vision_figures
 
 USABLE_MEMORY_FRACTION = 0.9
 """Share of a rank's memory left to tensors (allocator slack, other processes): the presets' assumption."""
@@ -175,6 +176,26 @@ def step_figures(step: dict[str, float]) -> StepFigures:
     )
 
 
+def _vision(config: ProfileConfig, ranks: Sequence[RankMeasurements],
+            rank_facts: Sequence[RankFacts]) -> tuple[VisionFigures, list[str]]:
+    """The encoder's figures and provenance notes (zeros and a note when none was profiled)."""
+    enc = config.encoder
+    if enc is None:
+        return VisionFigures(0.0, 0.0, 0.0), ["No vision encoder was profiled: the vision figures are 0 and "
+                                              "model.vision is null."]
+    activation = median_of([f.vision_activation_bytes_per_token for f in rank_facts
+                            if f.vision_activation_bytes_per_token is not None])
+    figures = vision_figures(enc, config.vision_frame_groups, _merged(ranks, "vision", config.statistic), activation)
+    notes = [f"vision: the encoder FCP trains (patch embedding, {enc.depth} windowed ViT blocks, one merger) on calls "
+             f"of {', '.join(map(str, config.vision_frame_groups))} frame groups of {enc.attention_window} patches; "
+             "vision_ms_per_call and vision_ms_per_patch are the line through them (not scaled by the composition "
+             "factor: the encoder is timed whole)."]
+    if enc.mergers > 1:
+        notes.append(f"vision: the preset's encoder has {enc.mergers} mergers (DeepStack); only one was built and "
+                     "timed, so the figures leave out the others.")
+    return figures, notes
+
+
 def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_facts: Sequence[RankFacts],
                 facts: dict[str, Any]) -> ProfileTable:
     """The table of one profiling run; `facts` (host, versions, load, duration) go to the provenance."""
@@ -199,6 +220,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
     activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low)
                             for m in rank_facts])
+    vision, vision_notes = _vision(config, ranks, rank_facts)
     causal_keys = [("causal", x) for x in config.attention_lengths]
     decoder_keys = list(decoder)
     time = TimeFigures(
@@ -208,7 +230,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         linear_ms_per_token=per_layer,
         linear_backward_ratio=_backward_ratio(decoder, decoder_forward, decoder_keys),
         output_ms_per_token=output,
-        vision_ms_per_patch=0.0,
+        vision_ms_per_patch=vision.ms_per_patch,
+        vision_ms_per_call=vision.ms_per_call,
         launch_ms=launch,
         p2p_intra_ms=p2p,
         p2p_inter_ms=p2p,
@@ -228,7 +251,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         static_bytes=float(median_of([m.training_state_bytes for m in rank_facts])),
         workspace_bytes=float(median_of([m.runtime_bytes for m in rank_facts])),
         activation_bytes_per_token=max(activation, 1.0),
-        vision_activation_bytes_per_token=0.0,
+        vision_activation_bytes_per_token=vision.activation_bytes_per_token,
     )
     hardware = HardwareInfo(
         name=config.device,
@@ -250,6 +273,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "min_sample_ms": config.min_sample_ms, "attention_docs_per_call": config.attention_docs_per_call,
             "attention_tokens_per_call": config.attention_tokens_per_call,
             "busy_block_length": config.busy_block_length, "nice": config.nice, "seed": config.seed,
+            "vision_frame_groups": None if config.encoder is None else list(config.vision_frame_groups),
+            "vision_window_patches": None if config.encoder is None else config.encoder.attention_window,
         },
         "phase_seconds": {k: round(v, 1) for k, v in rank_facts[0].phase_seconds.items()},
         "busy_block_ms": median_of([t.block_ms for t in comm.values()]),
@@ -261,6 +286,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
                 "block": [comm[(kind, size, b)].block_ms for b in config.message_bytes],
                 "overlap": curve.overlap,
             } for (kind, size), curve in curves.items()},
+        "vision_ms_by_frame_groups": {str(groups): ms for groups, ms in
+                                      sorted(_merged(ranks, "vision", statistic).items())},
         "decoder_ms": {f"{layers} layers, {tokens} tokens": ms for (layers, tokens), ms in sorted(decoder.items())},
         "notes": [
             "Every rank of the measurement world ran each measurement at the same time, so the figures are "
@@ -273,10 +300,10 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             f"step: Adam over the whole decoder on each rank; the gradient reduction is one fp32 all-reduce and an "
             f"FSDP round two parameter all-gathers and one fp32 reduce-scatter, over the {config.world_size} "
             "measuring ranks.",
-            "No vision encoder was profiled: vision_ms_per_patch is 0 and model.vision is null.",
+            *vision_notes,
         ],
     }
-    parts = ProfileTable(hardware=hardware, model=config.model, dtype=config.dtype, tp=1, pp=1, recompute="none",
+    parts = ProfileTable(hardware=hardware, model=config.table_model, dtype=config.dtype, tp=1, pp=1, recompute="none",
                          time=time, memory=memory, step=step_figures(_merged(ranks, "step", statistic)),
                          provenance=provenance)
     factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
