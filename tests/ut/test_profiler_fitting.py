@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
+from mindspeed_mm.core.fcp.profiler.fitting import fit_line, fit_overlapped, median_of, monotone
 from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, summarize, time_repeats
 
 
@@ -41,6 +41,24 @@ def test_fit_line_recovers_an_affine_curve_and_stays_non_negative() -> None:
     assert slope == 0.0 and 3.0 < intercept < 5.0
     with pytest.raises(ValueError, match="positive y"):
         fit_line([1, 2], [1.0, 0.0])
+
+
+@pytest.mark.parametrize(("traffic", "overlap"), [(30.0, 0.0), (30.0, 0.6), (12.0, 1.0)])
+def test_fit_overlapped_recovers_the_traffic_and_the_share_hidden(traffic: float, overlap: float) -> None:
+    passes = [2.0, 5.0, 15.0, 60.0]
+    rounds = [max(p, traffic) + (1 - overlap) * min(p, traffic) for p in passes]
+    fitted, hidden = fit_overlapped(passes, rounds)
+    assert fitted == pytest.approx(traffic, rel=0.005) and hidden == pytest.approx(overlap, abs=0.011)
+
+
+def test_fit_overlapped_prefers_hidden_traffic_where_the_data_cannot_tell() -> None:
+    # Rounds as long as their passes: no traffic shows, whatever the overlap; the tie goes to 1.
+    traffic, overlap = fit_overlapped([2.0, 5.0, 15.0], [2.0, 5.0, 15.0])
+    assert overlap == 1.0 and traffic <= 2.0
+    with pytest.raises(ValueError, match="at least two"):
+        fit_overlapped([1.0], [2.0])
+    with pytest.raises(ValueError, match="positive times"):
+        fit_overlapped([1.0, 0.0], [2.0, 3.0])
 
 
 def test_statistics() -> None:

@@ -45,6 +45,7 @@ def test_profile_and_validate_a_tiny_grid(tmp_path: Path, capsys: pytest.Capture
     assert set(table.time.attention_ulysses_ms) == {2} and set(table.time.all_to_all_by_group_size_ms) == {2}
     assert table.memory.activation_bytes_per_token > 0 and table.memory.static_bytes > 0
     assert table.step.optimizer_ms > 0 and table.step.replica_reduction_ms > 0 and table.step.fsdp_round_ms > 0
+    assert 0 <= table.step.fsdp_overlap <= 1 and set(prov["fsdp2_round_ms_by_tokens"]) == {"32", "96"}
     # The tiny preset's encoder, timed on 1, 2, 4, 8 frame groups.
     assert table.model.vision is not None and table.model.vision.depth == MODELS["tiny"].encoder.depth
     assert set(prov["vision_ms_by_frame_groups"]) == {"1", "2", "4", "8"}

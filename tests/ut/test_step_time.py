@@ -18,6 +18,7 @@ from mindspeed_mm.core.fcp.solver.step_time import (
     dataflow_ms,
     fsdp_step_ms,
     replicas_step_ms,
+    round_floor,
     step_lower_bound_ms,
 )
 
@@ -94,6 +95,38 @@ def test_a_round_lasts_at_least_its_parameter_traffic_and_replicas_reduce_once()
     assert fsdp_step_ms(plan, unpriced) == replicas_step_ms(10.0, unpriced) == 10.0
 
 
+def test_traffic_the_pass_does_not_hide_adds_to_the_round() -> None:
+    def step(overlap: float) -> StepFigures:
+        return StepFigures(optimizer_ms=2.0, fsdp_round_ms=5.0, replica_reduction_ms=7.0, fsdp_overlap=overlap)
+
+    # round = max(pass, traffic) + (1 - overlap) min(pass, traffic)
+    assert step(1.0).lockstep_round_ms(9.0) == 9.0 and step(1.0).lockstep_round_ms(1.0) == 5.0
+    assert step(0.0).lockstep_round_ms(9.0) == 14.0 and step(0.0).lockstep_round_ms(1.0) == 6.0
+    assert step(0.25).lockstep_round_ms(9.0) == pytest.approx(9.0 + 0.75 * 5.0)
+    cost = CostModel(dataclasses.replace(preset_table("cpu-tiny", shard_ranks=4), step=step(0.5)))
+    plan = _plan([1.0, 9.0])
+    assert fsdp_step_ms(plan, cost) == pytest.approx((5.0 + 0.5) + (9.0 + 2.5) + 2.0)
+    # The bound: one round of all the work, which more rounds only lengthen.
+    assert step_lower_bound_ms(10.0, cost, LOCKSTEP) == pytest.approx(10.0 + 2.5 + 2.0)
+    assert step_lower_bound_ms(10.0, cost, LOCKSTEP) <= fsdp_step_ms(plan, cost)
+    # The planner counts rounds the same way.
+    assert round_floor(cost, LOCKSTEP).round_ms(9.0) == pytest.approx(11.5)
+    assert round_floor(cost, INDEPENDENT).round_ms(9.0) == 9.0 and round_floor(cost, INDEPENDENT).traffic_ms == 0.0
+
+
+def test_the_overlap_is_optional_and_checked(tmp_path) -> None:
+    table = preset_table("cpu-tiny", shard_ranks=4)
+    assert table.step.fsdp_overlap == 1.0 and "fsdp_overlap" not in table.to_dict()["step"]
+    partial = dataclasses.replace(table, step=dataclasses.replace(table.step, fsdp_overlap=0.3))
+    path = tmp_path / "t.json"
+    partial.save(path)
+    assert ProfileTable.load(path).step.fsdp_overlap == 0.3
+    doc = json.loads(path.read_text())
+    doc["step"]["fsdp_overlap"] = 1.5
+    with pytest.raises(ProfileTableError, match=r"step.fsdp_overlap.*a number in \[0, 1\]"):
+        ProfileTable.from_dict(doc, source="t.json")
+
+
 def test_without_a_step_wide_collective_a_group_waits_only_for_its_own_members() -> None:
     def group(ranks, ms):
         return GroupPlan(ranks=ranks, degree=len(ranks), algo="ring", samples=(0,), predicted_ms=ms)
@@ -107,7 +140,8 @@ def test_without_a_step_wide_collective_a_group_waits_only_for_its_own_members()
     assert dataflow_ms(plan) < plan.predicted_ms
 
 
-def test_under_fsdp_the_planner_counts_every_round_at_least_its_parameter_traffic():
+@pytest.mark.parametrize("overlap", [1.0, 0.0])
+def test_under_fsdp_the_planner_counts_every_round_at_least_its_parameter_traffic(overlap: float):
     """With a floor per round (FSDP's all-gathers and reduce-scatter), fewer, fuller rounds can be faster than
     more, shorter ones: the planner compares round counts on the floored time, never doing worse."""
     base = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=4, max_tokens_per_rank=4000)
@@ -120,7 +154,8 @@ def test_under_fsdp_the_planner_counts_every_round_at_least_its_parameter_traffi
         unfloored = plan_batch(lengths, no_step, config)
         floor = 3 * unfloored.predicted_ms / unfloored.num_rounds
         floored_cost = CostModel(dataclasses.replace(base.table, step=StepFigures(
-            optimizer_ms=0.0, fsdp_round_ms=floor, replica_reduction_ms=0.0)), max_tokens_per_rank=4000)
+            optimizer_ms=0.0, fsdp_round_ms=floor, replica_reduction_ms=0.0, fsdp_overlap=overlap)),
+            max_tokens_per_rank=4000)
         plan = plan_batch(lengths, floored_cost, config)
         assert fsdp_step_ms(plan, floored_cost) <= fsdp_step_ms(unfloored, floored_cost) * (1 + 1e-9)
         fewer += plan.num_rounds < unfloored.num_rounds

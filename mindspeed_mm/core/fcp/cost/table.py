@@ -34,6 +34,8 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `step.*` (optional): costs of a step outside the groups' passes, ms, for the run's ranks: the
   optimizer step, one FSDP round's parameter traffic (a round's floor) and the once-per-step
   reduction of replicas (DDP / distributed optimizer). Absent: the step's own costs are not priced.
+  `step.fsdp_overlap` (optional, default 1): share of the shorter of a round's pass and its FSDP
+  traffic that the longer hides (1: a round lasts max(pass, traffic); 0: pass + traffic).
 
 The typed sections live in `table_schema` and the validating reader of a document in `table_parser`;
 this module holds the table itself and its JSON load / save (all their names import from here).
@@ -131,7 +133,7 @@ class ProfileTable:
                 **({} if t.comm_overlap == 1.0 else {"comm_overlap": t.comm_overlap}),
             },
             "memory": dict(vars(self.memory)),
-            **({} if self.step is None else {"step": dict(vars(self.step))}),
+            **({} if self.step is None else {"step": _step_doc(self.step)}),
             "provenance": self.provenance,
         }
 
@@ -179,3 +181,11 @@ def _grids_doc(grids: dict[int, Grid]) -> dict[str, Any]:
 def _by_size_doc(grids: dict[int, Grid] | None) -> dict[str, Any]:
     """The JSON entry of per-group-size grids (nothing when there are none)."""
     return {} if grids is None else {"by_group_size": _grids_doc(grids)}
+
+
+def _step_doc(step: StepFigures) -> dict[str, float]:
+    """The JSON `step` section (`fsdp_overlap` only where it is not the default 1)."""
+    doc = dict(vars(step))
+    if step.fsdp_overlap == 1.0:
+        del doc["fsdp_overlap"]
+    return doc

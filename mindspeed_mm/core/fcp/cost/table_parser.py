@@ -32,7 +32,7 @@ _KEYS = {
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
     "memory": {"static_bytes", "workspace_bytes", "activation_bytes_per_token", "vision_activation_bytes_per_token"},
-    "step": {"optimizer_ms", "fsdp_round_ms", "replica_reduction_ms"},
+    "step": {"optimizer_ms", "fsdp_round_ms", "replica_reduction_ms", "fsdp_overlap"},
     "grid": {"scale", "x", "y"},
 }
 
@@ -231,6 +231,8 @@ class _Parser:
             optimizer_ms=self.non_negative(doc, p, "optimizer_ms"),
             fsdp_round_ms=self.non_negative(doc, p, "fsdp_round_ms"),
             replica_reduction_ms=self.non_negative(doc, p, "replica_reduction_ms"),
+            fsdp_overlap=1.0 if "fsdp_overlap" not in doc else self.number(
+                doc, p, "fsdp_overlap", lambda v: 0 <= v <= 1, "a number in [0, 1]"),
         )
 
     def table(self, doc: Any) -> dict[str, Any]:

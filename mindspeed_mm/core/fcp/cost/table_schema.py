@@ -161,8 +161,16 @@ class StepFigures:
     """The optimizer step over the rank's share of the parameters (once per step)."""
     fsdp_round_ms: float
     """FSDP (lockstep rounds): one round's parameter all-gathers (forward and backward) and gradient
-    reduce-scatter over all ranks. The traffic overlaps compute, so a round lasts at least this long."""
+    reduce-scatter over all ranks, with the sharding's own per-round work. A round lasts at least this long."""
     replica_reduction_ms: float
     """Replicas that meet once per step (DDP): the step's all-reduce of the fp32 gradients over all ranks,
     not overlapped with the backward pass (with the distributed optimizer, its reduce-scatter and
     parameter all-gather move no more bytes)."""
+    fsdp_overlap: float = 1.0
+    """Share of the shorter of a round's pass and its FSDP traffic that the longer hides: a round lasts
+    max(pass, traffic) + (1 - overlap) min(pass, traffic) (1: FSDP2's prefetching hides it all)."""
+
+    def lockstep_round_ms(self, pass_ms: float) -> float:
+        """Length of a lockstep FSDP round whose slowest group's pass lasts `pass_ms`."""
+        traffic = self.fsdp_round_ms
+        return max(pass_ms, traffic) + (1.0 - self.fsdp_overlap) * min(pass_ms, traffic)

@@ -53,3 +53,24 @@ def median_of(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("median of an empty sequence")
     return float(np.median(np.asarray(values, dtype=np.float64)))
+
+
+def fit_overlapped(pass_ms: Sequence[float], round_ms: Sequence[float],
+                   overlaps: int = 101, traffic_points: int = 2000) -> tuple[float, float]:
+    """(traffic t >= 0, overlap w in [0, 1]) of round = max(pass, t) + (1 - w) min(pass, t), least squares
+    in relative error over a grid (w in steps of 1 / (overlaps - 1), t geometric from 1e-3 x the
+    shortest round to the longest). Ties go to the larger overlap: where the data cannot tell the
+    two apart, the traffic stays hidden as FSDP2's prefetching intends."""
+    p = np.asarray(pass_ms, dtype=np.float64)
+    f = np.asarray(round_ms, dtype=np.float64)
+    if p.size < 2 or p.size != f.size:
+        raise ValueError(f"fit_overlapped needs at least two (pass, round) pairs of equal count, got {p.size} and "
+                         f"{f.size}")
+    if np.any(p <= 0) or np.any(f <= 0):
+        raise ValueError(f"fit_overlapped needs positive times, got {p.tolist()} and {f.tolist()}")
+    w = np.linspace(1.0, 0.0, overlaps)[:, None, None]
+    t = np.geomspace(1e-3 * f.min(), f.max(), traffic_points)[None, :, None]
+    predicted = np.maximum(p, t) + (1.0 - w) * np.minimum(p, t)
+    error = np.sum((predicted / f - 1.0) ** 2, axis=2)
+    best_w, best_t = np.unravel_index(int(np.argmin(error)), error.shape)
+    return float(t[0, best_t, 0]), float(w[best_w, 0, 0])

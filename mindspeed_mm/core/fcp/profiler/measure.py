@@ -26,6 +26,7 @@ from mindspeed_mm.core.fcp.profiler.compute import (
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
+from mindspeed_mm.core.fcp.profiler.fsdp import round_samples, sharded_decoder
 from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
 from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe
 
@@ -81,6 +82,10 @@ class RankMeasurements:
     """(kind, group size, bytes) -> one exchange, only for group sizes this rank took part in."""
     step: dict[str, tuple[float, ...]] = field(default_factory=dict)
     """`step_costs.STEP_KINDS` -> the optimizer step and the whole-model collectives over the world."""
+    whole_linear: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """Tokens -> forward + backward of the whole decoder without attention work (the pass of an FSDP round)."""
+    fsdp_round: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """Tokens -> the same under FSDP2 over the world (`profiler.fsdp`)."""
     vision: dict[int, tuple[float, ...]] = field(default_factory=dict)
     """Frame groups of one encoder call -> its forward + backward (empty: no encoder profiled)."""
 
@@ -130,6 +135,7 @@ class RankProfiler:
         self.decoders = {layers: Decoder(dataclasses.replace(shape, layers=layers), config.dtype,
                                          config.seed).to(self.device) for layers in probe_layers(shape.layers)}
         self.whole_decoder = Decoder(shape, config.dtype, config.seed).to(self.device)
+        self.sharded_decoder = sharded_decoder(shape, config.dtype, config.seed, self.device)
         self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
                                      self.device, config.seed)
         self.encoder = None if config.encoder is None else EncoderProbe(config.encoder, config.dtype, self.device,
@@ -158,7 +164,7 @@ class RankProfiler:
         c = self.config
         return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
                 + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
-                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1
+                + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1 + len(c.linear_tokens)
                 + (0 if self.encoder is None else len(c.vision_frame_groups)))
 
     def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
@@ -206,6 +212,10 @@ class RankProfiler:
         # A decoder of its own: the optimizer steps change its weights and leave gradients behind.
         out.step.update(step_samples(Decoder(c.model, c.dtype, c.seed).to(self.device), c.dtype, timing, c.seed))
         on_step("optimizer step and gradient reduction")
+        for tokens in c.linear_tokens:
+            out.whole_linear[tokens] = round_samples(self.whole_decoder, c.model, tokens, timing, c.seed).times_ms
+            out.fsdp_round[tokens] = round_samples(self.sharded_decoder, c.model, tokens, timing, c.seed).times_ms
+            on_step(f"FSDP2 round {tokens} tokens")
         started = self._phase("step", started)
         if self.encoder is not None:
             for groups in c.vision_frame_groups:

@@ -4,7 +4,8 @@ collectives of a gradient reduction over the measurement world.
 - `optimizer`: torch's Adam over every parameter of the decoder (gradients set), as a replica runs it;
 - `all_reduce`: one flat all-reduce of the fp32 gradients over the world (DDP, `fcp train`);
 - `all_gather` / `reduce_scatter`: the parameters in the training dtype gathered, and the fp32
-  gradients reduce-scattered, over the world (what FSDP runs every round).
+  gradients reduce-scattered, over the world in one flat collective each: the bytes an FSDP round
+  moves, kept beside FSDP2's real rounds (`profiler.fsdp`) for comparison.
 All ranks run each collective together; a world of one rank moves no bytes and records none.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from mindspeed_mm.core.fcp.cost.table import HardwareInfo, MemoryFigures, Profil
 from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
-from mindspeed_mm.core.fcp.profiler.fitting import fit_line, median_of, monotone
+from mindspeed_mm.core.fcp.profiler.fitting import fit_line, fit_overlapped, median_of, monotone
 from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements, probe_layers
 from mindspeed_mm.core.fcp.profiler.timing import summarize
 from mindspeed_mm.core.fcp.profiler.vision import VisionFigures, vision_figures
@@ -167,12 +167,16 @@ def _merged_comm(ranks: Sequence[RankMeasurements], statistic: str) -> dict[tupl
     return merged
 
 
-def step_figures(step: dict[str, float]) -> StepFigures:
-    """The step section from the merged step samples (collectives absent on a world of one rank: 0)."""
+def step_figures(step: dict[str, float], whole_linear: dict[int, float], fsdp_round: dict[int, float]) -> StepFigures:
+    """The step section from the merged step samples and FSDP2 rounds (the all-reduce is absent on a world
+    of one rank: 0). The FSDP round is the fit of FSDP2's rounds against the unsharded passes."""
+    tokens = sorted(fsdp_round)
+    traffic, overlap = fit_overlapped([whole_linear[t] for t in tokens], [fsdp_round[t] for t in tokens])
     return StepFigures(
         optimizer_ms=step["optimizer"],
-        fsdp_round_ms=2 * step.get("all_gather", 0.0) + step.get("reduce_scatter", 0.0),
+        fsdp_round_ms=traffic,
         replica_reduction_ms=step.get("all_reduce", 0.0),
+        fsdp_overlap=overlap,
     )
 
 
@@ -221,6 +225,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low)
                             for m in rank_facts])
     vision, vision_notes = _vision(config, ranks, rank_facts)
+    step, whole_linear, fsdp = (_merged(ranks, name, statistic) for name in ("step", "whole_linear", "fsdp_round"))
     causal_keys = [("causal", x) for x in config.attention_lengths]
     decoder_keys = list(decoder)
     time = TimeFigures(
@@ -286,6 +291,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
                 "block": [comm[(kind, size, b)].block_ms for b in config.message_bytes],
                 "overlap": curve.overlap,
             } for (kind, size), curve in curves.items()},
+        "fsdp2_round_ms_by_tokens": {str(t): {"unsharded": whole_linear[t], "fsdp2": fsdp[t]} for t in sorted(fsdp)},
+        "bulk_collectives_ms": {kind: step[kind] for kind in ("all_gather", "reduce_scatter") if kind in step},
         "vision_ms_by_frame_groups": {str(groups): ms for groups, ms in
                                       sorted(_merged(ranks, "vision", statistic).items())},
         "decoder_ms": {f"{layers} layers, {tokens} tokens": ms for (layers, tokens), ms in sorted(decoder.items())},
@@ -297,14 +304,17 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "Communication grids: the transfer alone where a compute block hides part of it, else what it adds "
             "to a busy step (see comm_ms_by_group_size: alone, busy = with the reference block, block alone).",
             "static_bytes: parameters, gradients and Adam state after one step, without sharding.",
-            f"step: Adam over the whole decoder on each rank; the gradient reduction is one fp32 all-reduce and an "
-            f"FSDP round two parameter all-gathers and one fp32 reduce-scatter, over the {config.world_size} "
-            "measuring ranks.",
+            f"step: Adam over the whole decoder on each rank; the gradient reduction is one fp32 all-reduce over the "
+            f"{config.world_size} measuring ranks. fsdp_round_ms and fsdp_overlap fit round = max(pass, traffic) + "
+            "(1 - overlap) min(pass, traffic) to the whole decoder without attention work under FSDP2 (one unit per "
+            "layer and one for the rest, resharded after forward) against the same decoder unsharded "
+            "(fsdp2_round_ms_by_tokens); bulk_collectives_ms: one flat all-gather of the parameters and one "
+            "reduce-scatter of the fp32 gradients, for comparison.",
             *vision_notes,
         ],
     }
     parts = ProfileTable(hardware=hardware, model=config.table_model, dtype=config.dtype, tp=1, pp=1, recompute="none",
-                         time=time, memory=memory, step=step_figures(_merged(ranks, "step", statistic)),
+                         time=time, memory=memory, step=step_figures(step, whole_linear, fsdp),
                          provenance=provenance)
     factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
     provenance["composition"] = {"factor": factor, "measured_over_parts_by_probe": ratios}

@@ -8,6 +8,7 @@ from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import RoundStart, SampleFacts
 from mindspeed_mm.core.fcp.solver.rounds import no_plan, round_counts, round_limit, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.step_layout import joint_starts, step_estimates
+from mindspeed_mm.core.fcp.solver.step_time import RoundFloor
 
 # Round counts tried beyond the memory bound at most, and the plan / lower bound ratio below which the
 # local search is skipped.
@@ -25,15 +26,15 @@ def lean_rounds(
     capacity: int,
     max_rounds: int | None,
     lower_bound: float,
-    floor: float = 0.0,
+    floor: RoundFloor = RoundFloor(),
 ) -> tuple[list[tuple[float, list[RoundStart]]], int]:
     """Lean search for large batches. For the fewest rounds, every group size in the order of its
     step estimate, stopping once the estimate is no better than a plan found: the joint start of all
     rounds (else the LPT spread with one uniform start per round), and the same with its own groups
     closed to the other samples (`joint_starts(closed=True)`). Then one more round at a time with
     the winning size, while that does better and its estimate, scaled as the winner's plan is to its
-    estimate, promises better (or memory was tight with one round less). Totals count each round at
-    least `floor`. Returns every (total, starts) found, the fastest first (ties: the first found),
+    estimate, promises better (or memory was tight with one round less). Totals count each round as
+    `floor` lengthens it. Returns every (total, starts) found, the fastest first (ties: the first found),
     and the polish moves for their rounds (`polish_round`): none when the winner is already within
     `GOOD_ENOUGH` of the bound."""
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, EXTRA_ROUNDS)
@@ -61,7 +62,7 @@ def lean_rounds(
         improved = False
         spread: list[list[int]] | None = None
         for estimate, size in sorted(zip(estimates, sizes)):
-            if best is not None and max(estimate * scale, count * floor) >= best[0]:
+            if best is not None and max(estimate * scale, count * floor.traffic_ms) >= best[0]:
                 break
             # The size open to every sample, and again with its samples' own groups closed to the others
             # (None where they hold few ranks). With one more round, the winner's kind goes first; the
@@ -79,7 +80,7 @@ def lean_rounds(
                 if starts is None:
                     continue
                 rounds_ms = sum(start.makespan for start in starts)
-                total = sum(max(start.makespan, floor) for start in starts)
+                total = sum(floor.round_ms(start.makespan) for start in starts)
                 found.append((total, starts))
                 if best is None or total < best[0]:
                     best, best_size, best_closed, improved = (total, starts), size, closed, True
@@ -90,7 +91,7 @@ def lean_rounds(
             spread = spread_over_rounds(facts.device_ms, lengths, count, n_ranks * capacity, min_samples) or []
             starts = per_round(spread, solver.start)
             if starts is not None:
-                best, improved = (sum(max(start.makespan, floor) for start in starts), starts), True
+                best, improved = (sum(floor.round_ms(start.makespan) for start in starts), starts), True
                 found.append(best)
         if best is not None and not improved:
             break

@@ -37,7 +37,7 @@ from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_b
 from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
 from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
 from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, placements
-from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 from mindspeed_mm.core.fcp.solver.round_types import GroupChoice, RoundChoice, RoundStart, SampleFacts, SearchLimits
@@ -45,6 +45,7 @@ from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, no_plan, round_counts, round_limit, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.lengths import checked_counts
+from mindspeed_mm.core.fcp.solver.step_time import RoundFloor, round_floor
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -113,7 +114,7 @@ def plan_batch(
     whole, empty = solver.whole_batch_ms()
     lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
     # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
-    floor = cost.step.fsdp_round_ms if cost.step is not None and config.step_semantics == LOCKSTEP else 0.0
+    floor = round_floor(cost, config.step_semantics)
 
     def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...]:
         if config.allow_idle_ranks:
@@ -152,10 +153,10 @@ def _best_rounds(
     capacity: int,
     max_rounds: int | None,
     extra_rounds: int,
-    floor: float = 0.0,
+    floor: RoundFloor = RoundFloor(),
 ) -> list[RoundChoice]:
     """Thorough search: solves the batch for several round counts, each with the LPT spread and the
-    fill spread, and keeps the lowest total predicted time (each round counted at least `floor`)."""
+    fill spread, and keeps the lowest total predicted time (each round counted as `floor` lengthens it)."""
     best: tuple[float, list[RoundChoice]] | None = None
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = round_limit(lengths, max_rounds)
@@ -178,7 +179,7 @@ def _best_rounds(
                 continue
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
-                total = sum(max(r.makespan, floor) for r in solved)
+                total = sum(floor.round_ms(r.makespan) for r in solved)
                 if best is None or total < best[0]:
                     best = (total, solved)
         count += 1
@@ -192,7 +193,7 @@ def _fastest_placed(
     found: list[tuple[float, list[RoundStart]]],
     moves: int,
     placed: Callable[[list[RoundChoice]], tuple[tuple[RoundPlan, int], ...]],
-    floor: float,
+    floor: RoundFloor,
 ) -> tuple[tuple[RoundPlan, int], ...]:
     """The (total, starts) found, fastest first, each polished and placed while its search total beats
     the fastest placed so far, and the fastest placed. The search prices every group as if placed
@@ -205,7 +206,7 @@ def _fastest_placed(
         if best is not None and not total < best_total:
             break
         rounds = placed([polish_round(solver, start, moves) for start in starts])
-        placed_total = sum(max(r[0].predicted_ms, floor) for r in rounds)
+        placed_total = sum(floor.round_ms(r[0].predicted_ms) for r in rounds)
         if placed_total < best_total:
             best, best_total = rounds, placed_total
     assert best is not None

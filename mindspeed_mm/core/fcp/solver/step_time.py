@@ -2,8 +2,8 @@
 
 Two ways of running the same plan (see `tuned_static` for the layouts that use each):
 - lockstep rounds with FSDP: every round all-gathers the parameters and reduce-scatters the gradients
-  over all ranks; the traffic overlaps the round's compute, so a round lasts at least
-  `fsdp_round_ms`;
+  over all ranks; the traffic overlaps the round's compute (`fsdp_overlap` of the shorter of the two),
+  so a round lasts at least `fsdp_round_ms` (`StepFigures.lockstep_round_ms`);
 - replicas that meet once per step (DDP / distributed optimizer): nothing spans all ranks before the
   gradient reduction, so a group starts as soon as its own members are done with their previous
   groups (`dataflow_ms`; for independent static replicas, the busiest replica), plus one
@@ -12,10 +12,36 @@ Both add the optimizer step. A cost model without step figures prices the rounds
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost.table import StepFigures
 from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP, Plan
 
-__all__ = ["INDEPENDENT", "LOCKSTEP", "dataflow_ms", "fsdp_step_ms", "replicas_step_ms", "step_lower_bound_ms", "step_ms"]
+__all__ = ["INDEPENDENT", "LOCKSTEP", "RoundFloor", "dataflow_ms", "fsdp_step_ms", "replicas_step_ms",
+           "round_floor", "step_lower_bound_ms", "step_ms"]
+
+
+@dataclass(frozen=True)
+class RoundFloor:
+    """What the planner counts for a round of a given pass: the pass itself, or under FSDP the lockstep round."""
+
+    step: StepFigures | None = None
+    """The step figures whose FSDP traffic lengthens every round (None: rounds last their pass)."""
+
+    @property
+    def traffic_ms(self) -> float:
+        """The least any round lasts."""
+        return 0.0 if self.step is None else self.step.fsdp_round_ms
+
+    def round_ms(self, pass_ms: float) -> float:
+        """Length of a round whose slowest group's pass lasts `pass_ms`."""
+        return pass_ms if self.step is None else self.step.lockstep_round_ms(pass_ms)
+
+
+def round_floor(cost: CostModel, semantics: str) -> RoundFloor:
+    """The rounds' floor under `semantics`: FSDP's traffic in lockstep rounds, none for replicas."""
+    return RoundFloor(cost.step if semantics == LOCKSTEP else None)
 
 
 def fsdp_step_ms(plan: Plan, cost: CostModel) -> float:
@@ -23,7 +49,7 @@ def fsdp_step_ms(plan: Plan, cost: CostModel) -> float:
     step = cost.step
     if step is None:
         return plan.predicted_ms
-    return sum(max(r.predicted_ms, step.fsdp_round_ms) for r in plan.rounds) + step.optimizer_ms
+    return sum(step.lockstep_round_ms(r.predicted_ms) for r in plan.rounds) + step.optimizer_ms
 
 
 def dataflow_ms(plan: Plan) -> float:
@@ -58,13 +84,13 @@ def step_ms(plan: Plan, cost: CostModel, semantics: str) -> float:
 
 def step_lower_bound_ms(rounds_bound_ms: float, cost: CostModel, semantics: str) -> float:
     """A lower bound on the step time under `semantics` from a lower bound on its forward + backward work:
-    at least one FSDP round's traffic (LOCKSTEP), or the once-per-step reduction (INDEPENDENT), plus the
-    optimizer step."""
+    at least one lockstep round of that work (LOCKSTEP: more rounds only last longer), or the once-per-step
+    reduction (INDEPENDENT), plus the optimizer step."""
     step = cost.step
     if step is None:
         return rounds_bound_ms
     if semantics == LOCKSTEP:
-        return max(rounds_bound_ms, step.fsdp_round_ms) + step.optimizer_ms
+        return step.lockstep_round_ms(rounds_bound_ms) + step.optimizer_ms
     if semantics == INDEPENDENT:
         return rounds_bound_ms + step.replica_reduction_ms + step.optimizer_ms
     raise ValueError(f"semantics must be {LOCKSTEP!r} or {INDEPENDENT!r}, got {semantics!r}")
