@@ -11,8 +11,9 @@ median of `--repeats`). The measured FSDP2 round is compared with the term at th
 pass, for the step figures of
 - the `cpu` hardware preset for the same shape and ranks (`cost.analytic.step_figures`: bytes over
   bandwidth, overlap 1), and
-- a table `fcp profile` measures on the same N processes (its fit of FSDP2 rounds of the decoder
-  without attention work against the unsharded passes, on the CPU clock, `profiler.fsdp`).
+- tables `fcp profile` measures on the same N processes (its fit of FSDP2 rounds of the decoder
+  without attention work against the unsharded passes, `profiler.fsdp`), on the process-CPU clock it
+  reads on the CPU by default and on the wall clock.
 
     python benchmarks/fsdp_round_validation.py [--nproc 4] [--tokens 64,256,1024,2048] [--repeats 7]
 """
@@ -82,12 +83,12 @@ def preset_step(nproc: int) -> StepFigures:
     return step_figures(HARDWARE["cpu"], MODELS[MODEL], setup)
 
 
-def profiled_step(nproc: int, folder: Path) -> StepFigures:
-    """The step figures of a table `fcp profile` measures on `nproc` processes (a small grid)."""
+def profiled_step(nproc: int, folder: Path, clock: str) -> StepFigures:
+    """The step figures of a table `fcp profile` measures on `nproc` processes (a small grid) on `clock`."""
     table_path = folder / "profile.json"
     command = [sys.executable, "-m", "mindspeed_mm.core.fcp.cli", "profile", "-o", str(table_path),
                "--world-size", str(nproc), "--attention-lengths", "16,32,64", "--linear-tokens", "64,256",
-               "--message-bytes", "1024,65536", "--sweeps", "2", "--no-vision", "--no-progress"]
+               "--message-bytes", "1024,65536", "--sweeps", "2", "--no-vision", "--no-progress", "--clock", clock]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     step = ProfileTable.load(table_path).step
     assert step is not None, f"{table_path} has no step section"
@@ -100,12 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", default="64,256,1024,2048",
                         help="tokens per rank and round (default 64,256,1024,2048)")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds per case (default 7)")
+    parser.add_argument("--profile-clocks", default="cpu,wall",
+                        help="clocks of the profiled tables compared (default cpu,wall; `fcp profile` reads cpu on "
+                        "the CPU by default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tokens = tuple(int(t) for t in args.tokens.split(","))
     measured = run_world(_measure_rank, args.nproc, tokens, args.repeats)[0]
     with tempfile.TemporaryDirectory() as folder:
-        sources = {"cpu preset": preset_step(args.nproc), "profiled table": profiled_step(args.nproc, Path(folder))}
+        sources = {"cpu preset": preset_step(args.nproc),
+                   **{f"profiled, {clock} clock": profiled_step(args.nproc, Path(folder), clock)
+                      for clock in args.profile_clocks.split(",")}}
     print(f"{MODEL} decoder on {args.nproc} gloo processes; "
           + ", ".join(f"{name}: fsdp_round_ms {s.fsdp_round_ms:.3f}, fsdp_overlap {s.fsdp_overlap:.2f}"
                       for name, s in sources.items()))

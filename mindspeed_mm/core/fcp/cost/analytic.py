@@ -212,7 +212,9 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
     - FSDP round: parameters gathered in the training dtype before the forward pass and again before
       the backward pass (`reshard_after_forward`; recomputation runs inside the backward's gather),
       gradients reduce-scattered in fp32 after every backward, as FSDP2 does by default [fsdp2] and
-      MindSpeed-MM's Qwen3-VL FSDP2 configuration sets (param bf16, reduce fp32) [msmm-fsdp2].
+      MindSpeed-MM's Qwen3-VL FSDP2 configuration sets (param bf16, reduce fp32) [msmm-fsdp2]. The
+      shorter of a round's pass and its traffic hides behind the longer (`fsdp_overlap` 1: FSDP2 issues
+      the next unit's all-gather on its own stream while the current one computes [fsdp2]).
     - Replicas (DDP): one all-reduce of the fp32 gradients per step, not overlapped with the last
       backward (an upper bound); the distributed optimizer's fp32 reduce-scatter and parameter
       all-gather [megmem] move no more bytes.

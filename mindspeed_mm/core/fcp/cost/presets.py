@@ -64,7 +64,8 @@ SOURCES = {
     "zero": "Rajbhandari et al., arXiv 1910.02054 (ZeRO)",
     "nccl-perf": "NVIDIA/nccl-tests doc/PERFORMANCE.md (bus bandwidth of all-gather, reduce-scatter, all-reduce)",
     "fsdp2": "PyTorch docs, torch.distributed.fsdp.fully_shard (reshard_after_forward; gradients reduce-scattered "
-             "after every backward unless set_requires_gradient_sync(False))",
+             "after every backward unless set_requires_gradient_sync(False)); pytorch/pytorch pull request 117973 "
+             "(implicit prefetching: all-gathers on their own streams, overlapping the previous unit's compute)",
     "msmm-fsdp2": "Ascend/MindSpeed-MM examples/qwen3vl/fsdp2_config.yaml (reshard_after_forward, param bf16, "
                   "reduce fp32)",
     "workloads": "project workload notes: Qwen3-VL video token rule (720 tokens per second at 720p)",
