@@ -29,7 +29,6 @@ from mindspeed_mm.core.fcp.profiler import (
     default_rounds,
     write_profile,
 )
-from mindspeed_mm.core.fcp.profiler.measure import RankMeasurements
 
 logger = logging.getLogger("cost_model_validation")
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         report_path = args.output_dir / f"validation_run{run}.json"
         report_path.write_text(json.dumps(report.to_json(), indent=1) + "\n")
         samples_path = args.output_dir / f"samples_run{run}.json"
-        samples_path.write_text(json.dumps([_samples_doc(m) for m in result.measurements]) + "\n")
+        samples_path.write_text(json.dumps([m.to_json() for m in result.measurements]) + "\n")
         logger.info("run %d: table %s (profile and validation together took %.0f s), report %s", run, table_path,
                     result.table.provenance["profile_seconds"], report_path)
         for line in report.lines():
@@ -77,16 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("MAPE per run: %s (median %.1f%%)", ", ".join(f"{m:.1f}%" for m in mapes),
                     statistics.median(mapes))
     return 0
-
-
-def _samples_doc(measured: RankMeasurements) -> dict[str, dict[str, object]]:
-    """One rank's raw samples with readable keys."""
-    doc: dict[str, dict[str, object]] = {}
-    for field in dataclasses.fields(measured):
-        doc[field.name] = {" ".join(str(part) for part in key): (dataclasses.asdict(value)
-                                                                 if dataclasses.is_dataclass(value) else value)
-                           for key, value in getattr(measured, field.name).items()}
-    return doc
 
 
 if __name__ == "__main__":

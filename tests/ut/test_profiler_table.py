@@ -157,6 +157,13 @@ def test_every_figure_comes_from_the_measurements() -> None:
     assert prov["measurement"]["clock"] == "cpu" and prov["measurement"]["world_size"] == 3
 
 
+def test_raw_samples_serialise_with_every_field() -> None:
+    doc = json.loads(json.dumps(measurements(0, "added").to_json()))
+    assert set(doc) == {f.name for f in dataclasses.fields(RankMeasurements)}
+    assert doc["attention"]["causal 16"] == list(_samples(attention_ms("causal", 16), 0.05))
+    assert doc["vision"]["8"] and doc["fsdp_round"]["64"] and doc["comm"]["p2p 3 1024"]["alone"]
+
+
 def test_a_profile_without_the_encoder_is_a_text_only_table() -> None:
     config = dataclasses.replace(CONFIG, encoder=None)
     ranks = [measurements(r, "added") for r in range(3)]

@@ -89,10 +89,20 @@ class RankMeasurements:
     vision: dict[int, tuple[float, ...]] = field(default_factory=dict)
     """Frame groups of one encoder call -> its forward + backward (empty: no encoder profiled)."""
 
+    def to_json(self) -> dict[str, dict[str, object]]:
+        """The raw samples as JSON-ready dicts, keys as text (a tuple's parts joined by spaces)."""
+        return {f.name: {_key_name(key): dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+                         for key, value in getattr(self, f.name).items()}
+                for f in dataclasses.fields(self)}
+
     def __add__(self, other: "RankMeasurements") -> "RankMeasurements":
         """The samples of both (e.g. two sweeps) under each key."""
         return RankMeasurements(*(_joined(getattr(self, f.name), getattr(other, f.name))
                                   for f in dataclasses.fields(self)))
+
+
+def _key_name(key: object) -> str:
+    return " ".join(str(part) for part in key) if isinstance(key, tuple) else str(key)
 
 
 def _joined(a: dict[Key, Value], b: dict[Key, Value]) -> dict[Key, Value]:
