@@ -30,8 +30,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 
 from mindspeed_mm.core.fcp.cost.analytic import Setup, step_figures
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
@@ -39,6 +37,7 @@ from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
 from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.config import model_shape
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
+from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder
 from mindspeed_mm.core.fcp.profiler.world import run_world
 
 logger = logging.getLogger("fsdp_round_validation")
@@ -66,11 +65,7 @@ def _round_ms(model: Decoder, tokens: int, rank: int, repeats: int) -> float:
 def _measure_rank(rank: int, world_size: int, tokens: tuple[int, ...], repeats: int) -> dict[str, list[float]]:
     torch.set_num_threads(1)   # as each `fcp train` process runs
     plain = Decoder(model_shape(MODEL), "fp32", seed=0)
-    sharded = Decoder(model_shape(MODEL), "fp32", seed=0)
-    mesh = init_device_mesh("cpu", (world_size,))
-    for layer in sharded.layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=True)
-    fully_shard(sharded, mesh=mesh, reshard_after_forward=True)
+    sharded = sharded_decoder(model_shape(MODEL), "fp32", 0, torch.device("cpu"))   # as `fcp profile` shards it
     out: dict[str, list[float]] = {"plain": [], "fsdp": []}
     for count in tokens:
         out["plain"].append(_round_ms(plain, count, rank, repeats))

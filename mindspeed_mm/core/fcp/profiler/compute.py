@@ -100,20 +100,27 @@ def attention_samples(shape: ModelShape, kind: str, length: int, docs: int, dtyp
     return repeats.time(forward_backward_core), repeats.time(forward_only) if forward_too else None
 
 
-def decoder_samples(decoder: Decoder, shape: ModelShape, tokens: int, repeats: Repeats,
-                    seed: int) -> tuple[Samples, Samples]:
-    """(forward + backward, forward only) of ``decoder`` without attention work over ``tokens`` tokens."""
+def linear_samples(decoder: Decoder, shape: ModelShape, tokens: int, repeats: Repeats, seed: int) -> Samples:
+    """Forward + backward of ``decoder`` (plain or sharded) without attention work over ``tokens`` tokens."""
     inputs = shard_inputs([tokens], shape.vocab, 0, 1, seed=seed, device=repeats.device)
 
     def forward_backward() -> None:
         decoder(inputs, skip_core).backward()
         decoder.zero_grad(set_to_none=True)
 
+    return repeats.time(forward_backward)
+
+
+def decoder_samples(decoder: Decoder, shape: ModelShape, tokens: int, repeats: Repeats,
+                    seed: int) -> tuple[Samples, Samples]:
+    """(forward + backward, forward only) of ``decoder`` without attention work over ``tokens`` tokens."""
+    inputs = shard_inputs([tokens], shape.vocab, 0, 1, seed=seed, device=repeats.device)
+
     def forward_only() -> None:
         with torch.no_grad():
             decoder(inputs, skip_core)
 
-    return repeats.time(forward_backward), repeats.time(forward_only)
+    return linear_samples(decoder, shape, tokens, repeats, seed), repeats.time(forward_only)
 
 
 def whole_decoder_samples(decoder: Decoder, shape: ModelShape, lengths: Sequence[int], repeats: Repeats,

@@ -20,13 +20,14 @@ from mindspeed_mm.core.fcp.profiler.compute import (
     Repeats,
     attention_samples,
     decoder_samples,
+    linear_samples,
     matmul_tflops,
     whole_decoder_samples,
 )
 from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
-from mindspeed_mm.core.fcp.profiler.fsdp import round_samples, sharded_decoder
+from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder
 from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
 from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe
 
@@ -223,8 +224,8 @@ class RankProfiler:
         out.step.update(step_samples(Decoder(c.model, c.dtype, c.seed).to(self.device), c.dtype, timing, c.seed))
         on_step("optimizer step and gradient reduction")
         for tokens in c.linear_tokens:
-            out.whole_linear[tokens] = round_samples(self.whole_decoder, c.model, tokens, timing, c.seed).times_ms
-            out.fsdp_round[tokens] = round_samples(self.sharded_decoder, c.model, tokens, timing, c.seed).times_ms
+            out.whole_linear[tokens] = linear_samples(self.whole_decoder, c.model, tokens, timing, c.seed).times_ms
+            out.fsdp_round[tokens] = linear_samples(self.sharded_decoder, c.model, tokens, timing, c.seed).times_ms
             on_step(f"FSDP2 round {tokens} tokens")
         started = self._phase("step", started)
         if self.encoder is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -11,26 +12,30 @@ from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
 
 
+def saved_tensor_bytes(module: torch.nn.Module, forward: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the distinct tensors autograd keeps for backward while `forward` computes `module`'s loss
+    (parameters are static memory, not activations); runs the backward and clears the gradients."""
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = forward()
+    parameters = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    loss.backward()
+    module.zero_grad(set_to_none=True)
+    return sum(size for pointer, size in seen.items() if pointer not in parameters)
+
+
 def saved_activation_bytes(decoder: Decoder, shape: ModelShape, lengths: list[int], device: torch.device,
                            seed: int) -> int:
     """Bytes of the distinct tensors autograd keeps for backward in one forward over a packed batch."""
     inputs = shard_inputs(lengths, shape.vocab, 0, 1, seed=seed, device=device)
-    seen: dict[tuple[int, int], int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        # Parameters are static memory, not activations.
-        if not isinstance(tensor, torch.nn.Parameter):
-            seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-        return tensor
-
     core = fcp_core(cu_seqlens_of(lengths), None, "ring", shape.attention_mask == "causal")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        loss = decoder(inputs, core)
-    parameters = {p.untyped_storage().data_ptr() for p in decoder.parameters()}
-    loss.backward()
-    decoder.zero_grad(set_to_none=True)
-    return sum(size for (pointer, _), size in seen.items() if pointer not in parameters)
+    return saved_tensor_bytes(decoder, lambda: decoder(inputs, core))
 
 
 def training_state_bytes(decoder: Decoder, shape: ModelShape, device: torch.device, seed: int) -> int:

@@ -23,6 +23,7 @@ from mindspeed_mm.core.fcp.executor.vision.layout import patch_grid_positions
 from mindspeed_mm.core.fcp.profiler.compute import Repeats
 from mindspeed_mm.core.fcp.profiler.decoder import TORCH_DTYPES
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line
+from mindspeed_mm.core.fcp.profiler.memory import saved_tensor_bytes
 from mindspeed_mm.core.fcp.profiler.timing import Samples
 
 _INIT_STD = 0.02
@@ -113,19 +114,7 @@ class EncoderProbe:
     def saved_bytes(self, groups: int) -> int:
         """Bytes of the distinct tensors autograd keeps for backward in one call on `groups` frame groups."""
         frames = self.frames(groups)
-        parameters = {p.untyped_storage().data_ptr() for p in self.encoder.parameters()}
-        seen: dict[int, int] = {}
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-            return tensor
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            loss = self.encoder(frames).float().square().mean()
-        loss.backward()
-        self.encoder.zero_grad(set_to_none=True)
-        return sum(size for pointer, size in seen.items() if pointer not in parameters)
+        return saved_tensor_bytes(self.encoder, lambda: self.encoder(frames).float().square().mean())
 
     def activation_bytes_per_token(self, low: int, high: int) -> float:
         """Saved bytes per merged token: the difference between calls of `high` and `low` frame groups."""
