@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
 from mindspeed_mm.core.fcp.parallel.comm import CommStats
-from mindspeed_mm.core.fcp.parallel.kernels import default_kernel_name, get_kernel
+from mindspeed_mm.core.fcp.parallel.kernels import AUTO, get_kernel, resolve_kernel_name
 from mindspeed_mm.core.fcp.parallel.ring import RingAttention
 from mindspeed_mm.core.fcp.parallel.ulysses import UlyssesAttention, kv_repeat_factor
 from mindspeed_mm.core.fcp.parallel.zigzag import CuSeqlens, zigzag_layout
@@ -66,8 +66,9 @@ def fcp_attention(
     q ``[t, heads, head_dim]`` and k, v ``[t, kv_heads, head_dim]`` are this rank's ``zigzag_shard``
     of the packed batch whose documents ``cu_seqlens`` delimits (same on every rank of ``group``).
     Attention never crosses a document boundary. ``group`` is the CP group (``None``: local attention
-    without torch.distributed, as for a group of one). ``kernel`` picks a registered local kernel
-    (default: by device). ``comm_stats`` accumulates the bytes this rank sends, forward and backward.
+    without torch.distributed, as for a group of one). ``kernel`` names the local kernel (a value of
+    ``fcp_attention_kernel``; default ``auto``: by device). ``comm_stats`` accumulates the bytes this rank
+    sends, forward and backward.
     """
     if algo not in ATTENTION_ALGOS:
         raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ATTENTION_ALGOS)}")
@@ -84,7 +85,7 @@ def fcp_attention(
         layout=layout,
         causal=causal,
         softmax_scale=float(softmax_scale),
-        kernel=get_kernel(kernel or default_kernel_name(q.device)),
+        kernel=get_kernel(resolve_kernel_name(kernel or AUTO, q.device)),
         stats=comm_stats,
     )
     return ATTENTION_ALGOS[algo].apply(q, k, v, call)
