@@ -17,6 +17,8 @@ from typing import Any, Protocol
 FCP_CP_ALGO = "fcp_cp_algo"
 """The value of ``--context-parallel-algo`` that turns FCP on."""
 ATTENTION_ALGOS = ("auto", "ring", "ulysses")
+ATTENTION_KERNELS = ("auto", "npu_fusion", "torch_varlen", "flash_attn", "torch")
+"""Local attention kernels (`mindspeed_mm.core.fcp.parallel.kernels`); `auto` picks by device."""
 GROUP_POOL_POLICIES = ("lazy", "prewarm")
 
 
@@ -124,6 +126,12 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
               "limit: a larger value is capped at it, with a warning.", cli_flag="--max-tokens-per-rank"),
     FCPOption("fcp_attention_algo", str, "auto", "Attention of a group: auto picks ring or ulysses per group by cost.",
               choices=ATTENTION_ALGOS),
+    FCPOption("fcp_attention_kernel", str, "auto",
+              "Local attention kernel of ring and Ulysses blocks: auto (npu_fusion on NPU; torch_varlen on CUDA, "
+              "else flash_attn where installed, else the torch reference with a warning; torch on CPU), "
+              "npu_fusion (torch_npu.npu_fusion_attention), torch_varlen (torch >= 2.10 varlen flash attention), "
+              "flash_attn (the flash-attn package) or torch (PyTorch reference, any device, slow).",
+              choices=ATTENTION_KERNELS),
     FCPOption("fcp_async_planning", str_to_bool, True, "Plan step t+1 in a background thread while step t runs.",
               is_flag=True),
     FCPOption("fcp_group_pool", str, "lazy",
@@ -230,7 +238,7 @@ def int_argument(args: argparse.Namespace, dest: str, default: int) -> int:
 
 
 __all__ = [
-    "ATTENTION_ALGOS", "FCPOption", "FCPOptionError", "FCP_CP_ALGO", "FCP_OPTIONS", "GROUP_POOL_POLICIES",
+    "ATTENTION_ALGOS", "ATTENTION_KERNELS", "FCPOption", "FCPOptionError", "FCP_CP_ALGO", "FCP_OPTIONS", "GROUP_POOL_POLICIES",
     "OPTIONS_BY_DEST", "add_cli_argument", "add_fcp_arguments", "coerce_option", "int_argument", "positive_int",
     "positive_seconds", "smoothing_weight", "str_to_bool",
 ]

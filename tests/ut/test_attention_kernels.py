@@ -8,7 +8,20 @@ import torch
 
 from attention_reference import dense_attention, document_ids
 from mindspeed_mm.core.fcp.parallel import fcp_attention
-from mindspeed_mm.core.fcp.parallel.kernels import VarlenSegments, default_kernel_name, get_kernel
+from mindspeed_mm.core.fcp.parallel import kernels
+from mindspeed_mm.core.fcp.parallel.kernels import (
+    KERNEL_CHOICES,
+    KernelLimits,
+    KernelUnavailableError,
+    LimitedKernel,
+    VarlenSegments,
+    default_kernel_name,
+    get_kernel,
+    plan_calls,
+    resolve_kernel_name,
+)
+from mindspeed_mm.core.fcp.parallel.kernels.torch_reference import TorchReferenceKernel
+from mindspeed_mm_fcp.options import ATTENTION_KERNELS
 from mindspeed_mm.core.fcp.parallel.ulysses import kv_repeat_factor
 
 CU = (0, 1, 9, 40, 41, 77)
@@ -76,10 +89,13 @@ def test_causal_kernel_needs_equal_segment_lengths() -> None:
 
 
 def test_kernel_registry() -> None:
+    assert KERNEL_CHOICES == ATTENTION_KERNELS
     assert default_kernel_name(torch.device("cpu")) == "torch"
     assert default_kernel_name(torch.device("meta")) == "torch"
+    assert resolve_kernel_name("torch_varlen", torch.device("cpu")) == "torch_varlen"
     assert get_kernel("torch") is get_kernel("torch")
-    with pytest.raises(ValueError, match="unknown attention kernel 'nope'"):
+    with pytest.raises(KernelUnavailableError, match="fcp_attention_kernel='nope' is not an attention kernel; "
+                                                     "choose one of auto, npu_fusion, torch_varlen, flash_attn, torch"):
         get_kernel("nope")
 
 
@@ -87,8 +103,77 @@ def test_kernel_registry() -> None:
 def test_device_kernels_fail_clearly_when_not_installed(name: str, module: str) -> None:
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is installed here")
-    with pytest.raises(ValueError, match=f"attention kernel '{name}' is not available"):
+    with pytest.raises(KernelUnavailableError, match=rf"fcp_attention_kernel='{name}' is not available here "
+                                                     r"\(No module named .*\); available: auto, .*torch"):
         get_kernel(name)
+
+
+def test_torch_varlen_refuses_cpu_tensors_naming_the_kernel() -> None:
+    q, k, v = (x.detach() for x in _qkv(4, 2, 1, torch.bfloat16))
+    with pytest.raises(ValueError, match="attention kernel torch_varlen runs on CUDA"):
+        get_kernel("torch_varlen").forward(q, k, v, VarlenSegments((0, 4), (0, 4)), causal=True, softmax_scale=1.0)
+
+
+def test_cuda_without_a_flash_kernel_falls_back_with_a_warning_naming_the_option(monkeypatch, caplog) -> None:
+    def unavailable(name: str):
+        raise KernelUnavailableError(f"{name} missing")
+
+    monkeypatch.setattr(kernels, "get_kernel", unavailable)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: (9, 0))
+    with caplog.at_level("WARNING"):
+        assert kernels._cuda_kernel.__wrapped__() == "torch"
+    assert "set fcp_attention_kernel: torch" in caplog.text
+
+
+def _reference_results(q, k, v, dout, segments, causal):
+    kernel = TorchReferenceKernel()
+    out, lse = kernel.forward(q, k, v, segments, causal=causal, softmax_scale=0.4)
+    return (out, lse, *kernel.backward(dout, q, k, v, out, lse, segments, causal=causal, softmax_scale=0.4))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("limits", [
+    KernelLimits(max_segments=2),
+    KernelLimits(max_rows=9),
+    KernelLimits(max_rows=4, max_segments=3, accepts_empty_segments=False),
+])
+def test_calls_over_the_kernel_limits_are_split_and_merged_exactly(causal: bool, limits: KernelLimits) -> None:
+    cu = (0, 1, 9, 20, 20, 27, 41)  # an empty document and documents longer than max_rows
+    segments = VarlenSegments(cu, cu)
+    q, k, v = (x.detach() for x in _qkv(cu[-1], 4, 2, torch.float64, seed=3))
+    dout = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    calls: list[VarlenSegments] = []
+
+    class Recording(TorchReferenceKernel):
+        def forward(self, q, k, v, segments, **kwargs):
+            calls.append(segments)
+            return super().forward(q, k, v, segments, **kwargs)
+
+    split = LimitedKernel(Recording(), limits)
+    out, lse = split.forward(q, k, v, segments, causal=causal, softmax_scale=0.4)
+    grads = split.backward(dout, q, k, v, out, lse, segments, causal=causal, softmax_scale=0.4)
+    for got, want in zip((out, lse, *grads), _reference_results(q, k, v, dout, segments, causal)):
+        torch.testing.assert_close(got, want)
+    assert len(calls) > 1
+    for call in calls:
+        lengths = [(b - a, d - c) for a, b, c, d in zip(call.cu_seqlens_q[:-1], call.cu_seqlens_q[1:],
+                                                         call.cu_seqlens_k[:-1], call.cu_seqlens_k[1:])]
+        assert limits.max_segments is None or len(lengths) <= limits.max_segments
+        assert limits.max_rows is None or (call.cu_seqlens_q[-1] <= limits.max_rows
+                                           and call.cu_seqlens_k[-1] <= limits.max_rows)
+        assert limits.accepts_empty_segments or all(lq and lk for lq, lk in lengths)
+
+
+def test_a_call_within_the_limits_runs_as_it_is_and_an_empty_one_not_at_all() -> None:
+    limits = KernelLimits(max_rows=8, max_segments=2, accepts_empty_segments=False)
+    assert plan_calls(VarlenSegments((0, 3, 8), (0, 3, 8)), True, limits).direct
+    nothing = plan_calls(VarlenSegments((0, 0, 0), (0, 0, 0)), True, limits)
+    assert not nothing.direct and nothing.calls == ()
+    q = torch.zeros(3, 2, 4)
+    empty_keys = VarlenSegments((0, 3), (0, 0))
+    out, lse = LimitedKernel(TorchReferenceKernel(), limits).forward(
+        q, q[:0], q[:0], empty_keys, causal=False, softmax_scale=1.0)
+    assert torch.equal(out, torch.zeros_like(q)) and torch.isneginf(lse).all()
 
 
 @pytest.mark.parametrize(

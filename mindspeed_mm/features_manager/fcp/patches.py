@@ -137,7 +137,8 @@ def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[F
     from .runtime import FCPRuntimeSettings, reset_fcp_runtime
 
     reset_fcp_runtime(FCPRuntimeSettings(group_pool=args.fcp_group_pool, max_degree=args.fcp_max_degree,
-                                         comm_timeout_s=args.fcp_comm_timeout_s))
+                                         comm_timeout_s=args.fcp_comm_timeout_s,
+                                         attention_kernel=args.fcp_attention_kernel))
     patches = active_patches()
     for patch in patches:
         patch_manager.register_patch(patch.target, patch.load_adapter())

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
 from mindspeed_mm.core.fcp.cost.presets import MODELS, split_preset_name
+from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
 
 from mindspeed_mm_fcp.feature import check_static_layout, fcp_ranks
 from mindspeed_mm_fcp.options import FCP_OPTIONS, FCPOptionError, coerce_option
@@ -29,6 +30,7 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
     _coerce_fcp_options(args)
     check_static_layout(args)
     _check_incompatible_flags(args)
+    _check_attention_kernel(args)
     table = _load_cost_source(args)
     if table is not None:
         _check_table_matches_model(table, args)
@@ -59,6 +61,14 @@ def _coerce_fcp_options(args: argparse.Namespace) -> None:
     """Options another parser kept as strings (MindSpeed's first parse) get their typed values."""
     for option in FCP_OPTIONS:
         setattr(args, option.dest, coerce_option(option.dest, getattr(args, option.dest, None)))
+
+
+def _check_attention_kernel(args: argparse.Namespace) -> None:
+    """The kernel must build here (its package installed); `auto` is resolved per device at the first call."""
+    try:
+        check_kernel_option(args.fcp_attention_kernel)
+    except KernelUnavailableError as err:
+        raise FCPArgumentError(f"--fcp-attention-kernel: {err}") from None
 
 
 def _check_incompatible_flags(args: argparse.Namespace) -> None:

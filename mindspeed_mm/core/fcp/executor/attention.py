@@ -73,6 +73,7 @@ class FCPCoreAttention(MegatronModule):
             group=params.group,
             algo=params.algo,
             causal=True,
+            kernel=params.kernel,
             softmax_scale=self.softmax_scale,
         )
         # [t, heads, d] -> [t, b=1, heads * d], the layout megatron's linear_proj expects.

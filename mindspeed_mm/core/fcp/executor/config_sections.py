@@ -123,6 +123,9 @@ class FCPConfig:
     """Override of the cost model's memory capacity in tokens per rank."""
     attention_algo: Literal["auto", "ring", "ulysses"] = _fcp_key("fcp_attention_algo")
     """`auto` lets the planner pick ring or ulysses per group; otherwise that algorithm only."""
+    attention_kernel: Literal["auto", "npu_fusion", "torch_varlen", "flash_attn", "torch"] = _fcp_key(
+        "fcp_attention_kernel")
+    """Local attention kernel (`auto`: by device)."""
     async_planning: bool = _fcp_key("fcp_async_planning")
     """Plan step t+1 in a background thread while step t runs."""
     group_pool: Literal["lazy", "prewarm"] = _fcp_key("fcp_group_pool")

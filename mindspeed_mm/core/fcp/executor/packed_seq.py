@@ -28,6 +28,8 @@ class FCPPackedSeqParams(PackedSeqParams):
     """Ranks in `group`."""
     algo: str = "ring"
     """How attention is split over the group: "ring" or "ulysses"."""
+    kernel: str = "auto"
+    """Local attention kernel (a value of `fcp_attention_kernel`)."""
 
     def __post_init__(self) -> None:
         if self.qkv_format is None:

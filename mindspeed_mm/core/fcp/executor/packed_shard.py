@@ -90,7 +90,7 @@ def with_padding_document(batch: Mapping[str, Any], cu_seqlens: torch.Tensor, de
 
 
 def shard_packed_batch(batch: Mapping[str, Any], *, rank_in_group: int, degree: int, group: dist.ProcessGroup | None,
-                       algo: str, fill: Mapping[str, int] | None = None) -> dict[str, Any]:
+                       algo: str, kernel: str = "auto", fill: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Group rank `rank_in_group`'s shard of the packed `batch` (padded when needed, see
     `with_padding_document`), with its `position_ids` (given, or each token's index in its document)
     and the round's `FCPPackedSeqParams` under `PACKED_SEQ_PARAMS_KEY`; non-tensor values pass through."""
@@ -113,5 +113,6 @@ def shard_packed_batch(batch: Mapping[str, Any], *, rank_in_group: int, degree: 
     device = next((v.device for v in sharded.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
     sharded[PACKED_SEQ_PARAMS_KEY] = FCPPackedSeqParams(
         cu_seqlens=cu_seqlens.to(device), position_ids=positions.to(device), group=group, degree=degree, algo=algo,
+        kernel=kernel,
     )
     return sharded

@@ -53,6 +53,7 @@ class ShardBatch:
                 group=params.group,
                 degree=params.degree,
                 algo=params.algo,
+                kernel=params.kernel,
             ),
         )
 
@@ -64,6 +65,7 @@ def build_shard_batch(
     degree: int,
     group: dist.ProcessGroup | None,
     algo: str,
+    kernel: str = "auto",
 ) -> ShardBatch:
     """Packs `samples` in order (one document each) and keeps group rank `rank_in_group`'s zigzag shard,
     with the shard function of every driver (`shard_packed_batch`, including its loss-free padding
@@ -81,7 +83,7 @@ def build_shard_batch(
         ).unsqueeze(0),
     }
     shard = shard_packed_batch(packed, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo,
-                               fill={"sample_ids": PADDING_SAMPLE_ID})
+                               kernel=kernel, fill={"sample_ids": PADDING_SAMPLE_ID})
     return ShardBatch(
         tokens=shard["tokens"],
         labels=shard["labels"],

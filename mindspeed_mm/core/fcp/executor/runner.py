@@ -182,6 +182,7 @@ class RoundRunner:
             degree=fcp_round.degree,
             group=process_group,
             algo=fcp_round.algo,
+            kernel=self.runtime.settings.attention_kernel,
         ).to(self.device)
         token_losses = self.model(
             shard.tokens,

@@ -131,6 +131,8 @@ class FCPRuntimeSettings:
     """Largest CP group (None: the whole plane); bounds what `prewarm` creates."""
     comm_timeout_s: float | None = None
     """Bound of every exchange on an FCP group (None: torch's default)."""
+    attention_kernel: str = "auto"
+    """Local attention kernel of the FCP attention (a value of `fcp_attention_kernel`)."""
 
     def __post_init__(self) -> None:
         if self.group_pool not in GROUP_POOL_POLICIES:

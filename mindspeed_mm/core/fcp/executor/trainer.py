@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings, CorrectionTable, Observation
 from mindspeed_mm.core.fcp.executor.comm_errors import communication
-from mindspeed_mm.core.fcp.executor.config import RunConfig
+from mindspeed_mm.core.fcp.executor.config import ConfigError, RunConfig
 from mindspeed_mm.core.fcp.executor.dataset import build_dataset
 from mindspeed_mm.core.fcp.executor.distributed import DistributedContext
 from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
@@ -43,6 +43,7 @@ from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, FCPRuntime, FC
 from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler, PlanDataset
 from mindspeed_mm.core.fcp.executor.step_plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.parallel.device import synchronize
+from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,10 @@ class Trainer:
     def __init__(self, config: RunConfig, context: DistributedContext) -> None:
         self.config = config
         self.context = context
+        try:
+            check_kernel_option(config.fcp.attention_kernel)
+        except KernelUnavailableError as error:
+            raise ConfigError(str(error)) from None
         self.planner = BatchPlanner.from_config(config, context.world_size)
         self.dataset: PlanDataset
         self.model: torch.nn.Module
@@ -110,6 +115,7 @@ class Trainer:
             group_pool=config.fcp.group_pool,
             max_degree=self.planner.static_cp_degree or self.planner.solver_config.degree_limit,
             comm_timeout_s=context.comm_timeout_s,
+            attention_kernel=config.fcp.attention_kernel,
         ))
         with communication("start-up", "creation of the FCP groups", self._world_ranks, context.comm_timeout_s):
             self.runtime.set_layout(FCPRankLayout(planes=(tuple(self._world_ranks),), rank=context.rank))

@@ -14,4 +14,5 @@ def get_batch_on_this_cp_rank(batch: dict[str, Any]) -> dict[str, Any]:
     runtime = get_fcp_runtime()
     fcp_round = runtime.current_round
     return shard_packed_batch(batch, rank_in_group=fcp_round.rank_in_group, degree=fcp_round.degree,
-                              group=runtime.process_group(fcp_round), algo=fcp_round.algo)
+                              group=runtime.process_group(fcp_round), algo=fcp_round.algo,
+                              kernel=runtime.settings.attention_kernel)

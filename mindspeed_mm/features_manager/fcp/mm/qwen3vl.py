@@ -28,7 +28,7 @@ import torch
 
 from mindspeed_mm.core.fcp.parallel import fcp_attention
 
-from ..runtime import FCPRuntimeError
+from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
 from .vision_split import encode_media_in_group, media_items
 
@@ -193,6 +193,7 @@ def text_attention_forward_wrapper(forward: Callable[..., Any]) -> Callable[...,
         output = fcp_attention(
             query[0], key[0], value[0], shard.cu_seqlens,
             group=shard.group, algo=shard.fcp_round.algo, causal=True, softmax_scale=self.scaling,
+            kernel=get_fcp_runtime().settings.attention_kernel,
         )
         return self.o_proj(output.reshape(batch, tokens, -1))
 

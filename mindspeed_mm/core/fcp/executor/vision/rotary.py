@@ -31,6 +31,7 @@ class MRopePackedSeqParams(FCPPackedSeqParams):
             group=self.group,
             degree=self.degree,
             algo=self.algo,
+            kernel=self.kernel,
             mrope_position_ids=self.mrope_position_ids.to(device) if self.mrope_position_ids is not None else None,
         )
 

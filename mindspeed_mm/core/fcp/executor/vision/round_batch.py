@@ -51,6 +51,7 @@ def build_vlm_shard_batch(
     degree: int,
     group: dist.ProcessGroup | None,
     algo: str,
+    kernel: str = "auto",
 ) -> VLMShardBatch:
     """Packs `samples` in order, keeps group rank `rank_in_group`'s zigzag shard and plans the vision work.
 
@@ -58,7 +59,8 @@ def build_vlm_shard_batch(
     holds fewer tokens than ranks); the 3D position ids are built for the whole packed batch and
     sharded the same way.
     """
-    text = build_shard_batch(samples, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo)
+    text = build_shard_batch(samples, rank_in_group=rank_in_group, degree=degree, group=group, algo=algo,
+                             kernel=kernel)
     cu_seqlens = text.packed_seq_params.cu_seqlens
     padding = int(cu_seqlens[-1]) - sum(s.length for s in samples)
     mrope = [s.mrope_position_ids for s in samples]
@@ -79,6 +81,7 @@ def build_vlm_shard_batch(
             group=params.group,
             degree=params.degree,
             algo=params.algo,
+            kernel=params.kernel,
             mrope_position_ids=zigzag_shard(torch.cat(mrope), cu_seqlens, rank_in_group, degree),
         ),
         units=work.units,

@@ -43,6 +43,7 @@ class VLMRoundRunner(RoundRunner):
             degree=fcp_round.degree,
             group=process_group,
             algo=fcp_round.algo,
+            kernel=self.runtime.settings.attention_kernel,
         )
         encoded, patches = self._encode(batch)
         vision_tokens = exchange_vision_tokens(encoded, batch.routing, process_group)

@@ -20,7 +20,7 @@ from functools import lru_cache
 import torch
 
 from mindspeed_mm.core.fcp.parallel.kernels.base import AttentionKernel, VarlenSegments
-from mindspeed_mm.core.fcp.parallel.kernels.limits import KernelLimits, LimitedKernel
+from mindspeed_mm.core.fcp.parallel.kernels.limits import KernelLimits, LimitedKernel, plan_calls
 from mindspeed_mm.core.fcp.parallel.kernels.torch_reference import TorchReferenceKernel, accumulation_dtype
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ KERNELS: dict[str, Callable[[], AttentionKernel]] = {
     "torch": TorchReferenceKernel,
 }
 KERNEL_CHOICES = (AUTO, *KERNELS)
-"""The values of the kernel option."""
+"""The values of the kernel option (`mindspeed_mm_fcp.options.ATTENTION_KERNELS`, in the same order)."""
 
 
 class KernelUnavailableError(ValueError):
@@ -119,6 +119,6 @@ def default_kernel_name(device: torch.device) -> str:
 
 __all__ = [
     "AUTO", "KERNELS", "KERNEL_CHOICES", "KERNEL_OPTION", "AttentionKernel", "KernelLimits",
-    "KernelUnavailableError", "LimitedKernel", "VarlenSegments", "accumulation_dtype", "available_kernels",
+    "KernelUnavailableError", "LimitedKernel", "VarlenSegments", "plan_calls", "accumulation_dtype", "available_kernels",
     "check_kernel_option", "default_kernel_name", "get_kernel", "resolve_kernel_name",
 ]
