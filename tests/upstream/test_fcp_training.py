@@ -3,7 +3,8 @@
 The tiny Qwen3-VL (loaded fp32 weights) trains 6 steps on its image and video samples, global batch 8:
 with `context_parallel_algo: fcp_cp_algo` and `sampler_type: FCPBatchSampler` on 4 gloo processes, and
 without FCP on 1 process, under FSDP2 and under Megatron DDP. `fcp_max_tokens_per_rank: 70` makes the
-planner put the longer samples (68-174 tokens) into groups of 2, 3 and 4 ranks. Every step's loss must
+planner put the longer samples (68-174 tokens) into groups of 2, 3 and 4 ranks, all ring groups whose blocks run
+through FCP's `npu_fusion` adapter on the bed's `npu_fusion_attention`. Every step's loss must
 agree within 1e-5 and its grad norm within 1e-4 (relative), so the packed samples, the zigzag shards, the
 mRoPE ids, the vision features, ring / Ulysses attention over the round's group, the loss weighting and the
 gradient reduction all reproduce single-device training.
@@ -20,7 +21,9 @@ from runner import logged_argument
 
 STEPS = 6
 GLOBAL_BATCH = 8
-FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 70, "fcp_log_plan": True}
+FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 70, "fcp_log_plan": True,
+            "fcp_attention_algo": "ring", "fcp_attention_kernel": "npu_fusion"}
+NPU_ADAPTER = "mindspeed_mm.core.fcp.parallel.kernels.npu_fusion"
 # A constant, non-zero learning rate, so that every step's weights (and so its loss) depend on the previous
 # steps' gradients (upstream's recipe warms up from 0).
 TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
@@ -72,3 +75,15 @@ def test_the_log_shows_each_rounds_groups_with_multi_rank_and_odd_degrees(runs) 
     assert all(sum(groups) == 4 for rounds in degrees.values() for groups in rounds)
     assert 2 in used and 3 in used, used
     assert "FCPBatchSampler plans 16 samples" in runs["fcp_fsdp2"].text
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_fcp_ring_blocks_ran_on_the_npu_kernel_through_fcps_adapter(upstream_bed, runs, parallel) -> None:
+    text = runs[f"fcp_{parallel}"].text
+    assert logged_argument(text, "fcp_attention_algo") == "ring"
+    assert logged_argument(text, "fcp_attention_kernel") == "npu_fusion"
+    calls = upstream_bed.op_calls(f"fcp_{parallel}")
+    assert len(calls) == 4
+    for rank_calls in calls:
+        assert rank_calls.get(f"npu_fusion_attention:caller:{NPU_ADAPTER}", 0) > 0, rank_calls
+        assert rank_calls.get(f"npu_fusion_attention_grad:caller:{NPU_ADAPTER}", 0) > 0, rank_calls

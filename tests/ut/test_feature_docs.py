@@ -65,6 +65,7 @@ def test_every_parser_flag_is_in_the_docs_table_once() -> None:
 
 @pytest.mark.parametrize("flag, documented", [
     ("--fcp-attention-algo", "`auto`"),
+    ("--fcp-attention-kernel", "`auto`"),
     ("--fcp-group-pool", "`lazy`"),
     ("--fcp-async-planning", "`true`"),
     ("--fcp-log-plan", "`false`"),

@@ -202,3 +202,19 @@ def test_fcp_options_list_matches_the_parser():
     parser = argparse.ArgumentParser()
     FCPFeature().register_args(parser)
     assert tuple(a.dest for a in parser._actions if a.dest.startswith("fcp_")) == tuple(o.dest for o in FCP_OPTIONS)
+
+
+def test_an_attention_kernel_that_is_not_installed_is_refused_at_validation_naming_what_is_available():
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed here")
+    with pytest.raises(FCPArgumentError, match=r"--fcp-attention-kernel: fcp_attention_kernel='flash_attn' is not "
+                                               r"available here \(No module named 'flash_attn'\); available: auto, "):
+        validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--fcp-attention-kernel", "flash_attn"))
+    args = parse("--fcp-preset", "cpu-tiny")
+    args.fcp_attention_kernel = "cudnn"
+    with pytest.raises(FCPArgumentError, match="--fcp-attention-kernel='cudnn': choose one of auto, npu_fusion, "
+                                               "torch_varlen, flash_attn, torch"):
+        validate_fcp_args(args)
+    validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--fcp-attention-kernel", "torch"))
