@@ -22,13 +22,9 @@ import sys
 from pathlib import Path
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.profiler import (
-    ProfileConfig,
-    ValidationPlan,
-    ValidationSettings,
-    default_rounds,
-    write_profile,
-)
+from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profiling import ValidationPlan, write_profile
+from mindspeed_mm.core.fcp.profiler.validation import ValidationSettings, default_rounds
 
 logger = logging.getLogger("cost_model_validation")
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,12 +73,6 @@ def find_sources() -> UpstreamSources:
     return UpstreamSources(mm, ms, meg, python, tuple(missing))
 
 
-def project_python() -> Path:
-    """The project's own interpreter (its venv has the `fcp` command), else this one."""
-    candidate = REPO / ".venv" / "bin" / "python"
-    return candidate if candidate.is_file() else Path(sys.executable)
-
-
 @dataclass(frozen=True)
 class Checkout:
     """An assembled, writable MindSpeed-MM checkout with FCP overlaid."""
@@ -105,16 +100,14 @@ def add_registration_line(entry: Path, line: str) -> None:
     raise ValueError(f"{entry} has no line `{ADAPTOR_IMPORT}` to register FCP before")
 
 
-def overlay_fcp(root: Path) -> str:
-    """Run the project's own `fcp overlay <root>` (the console script, else `python -m ...cli`)."""
-    script = REPO / ".venv" / "bin" / "fcp"
-    if script.is_file():
-        command = [str(script), "overlay", str(root)]
-        env = dict(os.environ)
-    else:
-        command = [str(project_python()), "-m", "mindspeed_mm.core.fcp.cli", "overlay", str(root)]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+def overlay_fcp(root: Path, python: Path) -> str:
+    """Run `fcp overlay <root>` from `python`, the upstream interpreter, as a MindSpeed-MM user would: that
+    interpreter has no megatron-core package (MindSpeed-MM keeps Megatron in its checkout root), so this
+    fails if any `fcp` command needs it to start. Run outside the checkout, whose `megatron/` would hide that."""
+    command = [str(python), "-m", "mindspeed_mm.core.fcp.cli", "overlay", str(root)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False,
+                          cwd=tempfile.gettempdir())
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command)}` failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done.stdout
@@ -128,7 +121,7 @@ def assemble_checkout(sources: UpstreamSources, target: Path, *, register_fcp: b
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
     shutil.copytree(sources.mindspeed_mm, target, ignore=ignore, symlinks=True)
     shutil.copytree(sources.megatron, target / "megatron", ignore=ignore, symlinks=True)
-    log = overlay_fcp(target) if overlay else ""
+    log = overlay_fcp(target, sources.python) if overlay else ""
     if register_fcp:
         from mindspeed_mm.core.fcp.commands.overlay import ENTRY_LINE
 

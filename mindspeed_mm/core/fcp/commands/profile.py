@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mindspeed_mm.core.fcp.atomic_io import atomic_write_text
 from mindspeed_mm.core.fcp.commands.options import positive_int
@@ -20,15 +21,11 @@ from mindspeed_mm.core.fcp.profiler.config import (
     encoder_shape,
     model_shape,
 )
-from mindspeed_mm.core.fcp.profiler.profiling import ProfileResult, ValidationPlan, check_writable, write_profile
 from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS
-from mindspeed_mm.core.fcp.profiler.validation import (
-    TARGET_MAPE_PERCENT,
-    ValidationReport,
-    ValidationSettings,
-    default_rounds,
-    validate,
-)
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.profiler.profiling import ProfileResult
+    from mindspeed_mm.core.fcp.profiler.validation import ValidationReport
 
 
 _PROFILE_ONLY = (3, 3)
@@ -158,6 +155,15 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Profile (and validate), or validate an existing table."""
+    # The measuring code loads the model stacks it times (megatron-core among them): only when profiling.
+    from mindspeed_mm.core.fcp.profiler.profiling import ValidationPlan, check_writable, write_profile
+    from mindspeed_mm.core.fcp.profiler.validation import (
+        TARGET_MAPE_PERCENT,
+        ValidationSettings,
+        default_rounds,
+        validate,
+    )
+
     if args.report is not None and not args.validate:
         raise ValueError("--report needs --validate")
     if args.report is not None:

@@ -5,16 +5,8 @@ grids (causal, full, the off-diagonal block of a causal ring step), the linear w
 point-to-point and all-to-all exchanges alone and inside a busy step, memory per token and of the
 training state. Validation runs real group executions (ring / Ulysses over gloo groups) of mixed
 packed batches between the measurement sweeps and compares their times with the cost model's.
-"""
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig, model_shape
-from mindspeed_mm.core.fcp.profiler.profiling import ProfileResult, ValidationPlan, profile_device, write_profile
-from mindspeed_mm.core.fcp.profiler.validation import (
-    ValidationReport,
-    ValidationRound,
-    ValidationSettings,
-    default_rounds,
-    validate,
-)
 
-__all__ = ["ProfileConfig", "ProfileResult", "ValidationPlan", "ValidationReport", "ValidationRound",
-           "ValidationSettings", "default_rounds", "model_shape", "profile_device", "validate", "write_profile"]
+Modules: `config` (what to measure), `profiling` (the measuring run and the table it writes), `validation`
+(real group executions against the cost model); they are imported where used, so that importing one
+does not load the model stacks the others measure.
+"""
