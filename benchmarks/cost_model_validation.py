@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.profiling import ValidationPlan, write_profile
-from mindspeed_mm.core.fcp.profiler.validation import ValidationSettings, default_rounds
+from mindspeed_mm.core.fcp.profiler.group_validation import ValidationSettings, default_rounds
 
 logger = logging.getLogger("cost_model_validation")
 

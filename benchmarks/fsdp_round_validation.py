@@ -34,8 +34,8 @@ import torch.distributed as dist
 from mindspeed_mm.core.fcp.cost.analytic import Setup, step_figures
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
-from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
-from mindspeed_mm.core.fcp.profiler.config import model_shape
+from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.profile_config import model_shape
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
 from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder
 from mindspeed_mm.core.fcp.profiler.world import run_world

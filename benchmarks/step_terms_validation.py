@@ -30,8 +30,8 @@ from mindspeed_mm.core.fcp.cost.shapes import DecoderShape
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 import torch
 
-from mindspeed_mm.core.fcp.executor.config import load_run_config
-from mindspeed_mm.core.fcp.executor.run_outputs import FINAL_STATE_FILE
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
+from mindspeed_mm.core.fcp.sandbox.run_outputs import FINAL_STATE_FILE
 
 logger = logging.getLogger("step_terms_validation")
 CONFIG = Path(__file__).resolve().parents[1] / "mindspeed_mm" / "core" / "fcp" / "configs" / "tiny_qwen3_fcp.yaml"

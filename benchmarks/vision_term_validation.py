@@ -31,11 +31,11 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.presets import MODELS
-from mindspeed_mm.core.fcp.executor.config import load_run_config
-from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
-from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch, VisionEncoder
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
+from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch, VisionEncoder
 from mindspeed_mm.core.fcp.profiler.compute import Repeats
-from mindspeed_mm.core.fcp.profiler.config import DEFAULT_VISION_FRAME_GROUPS
+from mindspeed_mm.core.fcp.profiler.profile_config import DEFAULT_VISION_FRAME_GROUPS
 from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, model_parallel_state, vision_config, vision_figures
 
 logger = logging.getLogger("vision_term_validation")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from mindspeed_mm.core.fcp.executor.config import resolve_config_path
+from mindspeed_mm.core.fcp.sandbox.run_config import resolve_config_path
 
 WORLD = 3
 RUN_TIMEOUT_S = 300

@@ -29,10 +29,10 @@ import pytest
 import torch
 
 from mindspeed_mm.core.fcp.cost.calibration import CalibratedCostModel, CorrectionTable
-from mindspeed_mm.core.fcp.executor.config import load_run_config
-from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
+from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
 
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
 TRAIN_ITERS = 10

@@ -123,7 +123,7 @@ def assemble_checkout(sources: UpstreamSources, target: Path, *, register_fcp: b
     shutil.copytree(sources.megatron, target / "megatron", ignore=ignore, symlinks=True)
     log = overlay_fcp(target, sources.python) if overlay else ""
     if register_fcp:
-        from mindspeed_mm.core.fcp.commands.overlay import ENTRY_LINE
+        from mindspeed_mm.core.fcp.commands.fcp_overlay import ENTRY_LINE
 
         add_registration_line(target / ENTRY, ENTRY_LINE)
     return Checkout(target, sources, register_fcp, log)

@@ -100,7 +100,7 @@ def test_registration_line_without_fcp_algo_leaves_training_unchanged(runs, upst
     assert_layout("single_fcp_line", log)
     assert logged_argument(log.text, "fcp_max_degree") is not None, "the registration line added no --fcp-* option"
     checkout = upstream_bed.checkout(register_fcp=True)
-    from mindspeed_mm.core.fcp.commands.overlay import ENTRY_LINE
+    from mindspeed_mm.core.fcp.commands.fcp_overlay import ENTRY_LINE
 
     assert ENTRY_LINE in (checkout.root / "pretrain_transformers.py").read_text()
     assert_same_steps(log, runs("single"), "single_fcp_line")

@@ -15,7 +15,7 @@ from mindspeed_mm.core.fcp.profiler.world import WorldError as DistributedRunErr
 from mindspeed_mm.core.fcp.profiler.world import run_world
 
 if TYPE_CHECKING:
-    from mindspeed_mm.core.fcp.executor.runtime import FCPRuntime
+    from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntime
 
 __all__ = ["DistributedRunError", "run_distributed"]
 
@@ -27,7 +27,7 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
 
 def whole_world_runtime(rank: int, world_size: int) -> "FCPRuntime":
     """An FCP runtime of `fcp train`'s layout: one plane of all `world_size` ranks (call on every rank)."""
-    from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, FCPRuntime
+    from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRankLayout, FCPRuntime
 
     runtime = FCPRuntime()
     runtime.set_layout(FCPRankLayout(planes=(tuple(range(world_size)),), rank=rank))

@@ -20,7 +20,7 @@ from mindspeed_mm.core.fcp.cost.calibration import (
     observe_groups,
     observe_round,
 )
-from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
 from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.planner import plan_batch

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from mindspeed_mm.core.fcp.cli import main
-from mindspeed_mm.core.fcp.commands.demo import _group_time_error
+from mindspeed_mm.core.fcp.sandbox.fcp_demo import _group_time_error
 
 
 def test_planning_part_prints_the_plan_and_the_baselines(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_mm.core.fcp.cli import COMMAND_MODULES, main
+from mindspeed_mm.core.fcp.cli import COMMAND_MODULES, build_parser, main
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, validate_plan
@@ -15,8 +15,11 @@ from mindspeed_mm.core.fcp.solver.planner import plan_batch
 SMALL = ["--ranks", "8", "--preset", "a3-qwen3vl-8b"]
 
 
-def test_command_modules_are_listed() -> None:
-    assert COMMAND_MODULES[:2] == ("plan", "simulate")
+def test_command_modules_are_listed_with_the_commands_they_register() -> None:
+    assert [m.rsplit(".", 1)[1] for m in COMMAND_MODULES] == [
+        "fcp_plan", "fcp_simulate", "fcp_train", "fcp_demo", "fcp_overlay", "fcp_profile"]
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert list(commands) == ["plan", "simulate", "train", "demo", "overlay", "profile"]
 
 
 def test_plan_prints_rounds_totals_and_baselines(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +134,7 @@ def test_preset_memory_follows_the_real_number_of_ranks(tmp_path: Path, capsys: 
     """The preset shards its state over --ranks, not over a whole node: fewer ranks, less room."""
     from argparse import Namespace
 
-    from mindspeed_mm.core.fcp.commands.options import cost_model_from_args
+    from mindspeed_mm.core.fcp.commands.cli_options import cost_model_from_args
 
     def capacity(ranks: int) -> int:
         args = Namespace(profile=None, preset="a3-qwen3vl-8b", max_tokens_per_rank=None, ranks=ranks,

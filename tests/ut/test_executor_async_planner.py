@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from mindspeed_mm.core.fcp.executor.async_planner import AsyncPlanner
+from mindspeed_mm.core.fcp.runtime.look_ahead import AsyncPlanner
 from mindspeed_mm.core.fcp.solver import Plan
 
 PLAN_SECONDS = 0.05

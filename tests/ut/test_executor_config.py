@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mindspeed_mm.core.fcp.executor.config import (
+from mindspeed_mm.core.fcp.sandbox.run_config import (
     ConfigError,
     embedded_config_names,
     load_run_config,
@@ -68,7 +68,7 @@ def test_values_and_defaults_are_typed() -> None:
         ("gpt_args", {"fcp_async_planning": "yes"}, "gpt_args.fcp_async_planning must be true or false"),
         ("gpt_args", {"num_layers": True}, "gpt_args.num_layers must be an integer"),
         ("gpt_args", {"context_parallel_algo": "ring"}, "gpt_args.context_parallel_algo must be one of"),
-        ("gpt_args", {"fcp_attention_algo": "hybrid"}, "gpt_args.fcp_attention_algo must be one of"),
+        ("gpt_args", {"fcp_attention_algo": "hybrid"}, "gpt_args.fcp_attention_algo: choose one of auto, ring, ulysses"),
         ("gpt_args", {"fcp_max_tokens_per_rank": 0}, "gpt_args.fcp_max_tokens_per_rank: must be a positive integer, got 0"),
         ("gpt_args", {"num_query_groups": 3}, "num_query_groups=3 must divide num_attention_heads=4"),
         ("gpt_args", {"micro_batch_size": 2}, "gpt_args.micro_batch_size must be 1"),
@@ -119,10 +119,10 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_fcp_keys_take_defaults_and_checks_from_the_one_option_table():
-    from mindspeed_mm.core.fcp.executor.config import FCPConfig
+    from mindspeed_mm.core.fcp.sandbox.run_config import FCPOptions
     from mindspeed_mm_fcp.options import FCP_OPTIONS
 
-    fields = {f.metadata["key"]: f.default for f in dataclasses.fields(FCPConfig)}
+    fields = {f.metadata["key"]: f.default for f in dataclasses.fields(FCPOptions)}
     assert fields == {option.dest: option.default for option in FCP_OPTIONS}
     with pytest.raises(ConfigError, match=r"gpt_args.fcp_recalibration_smoothing: expected a number in \(0, 1\]"):
         parse_run_config(_with("gpt_args", fcp_recalibration_smoothing=1.5))

@@ -11,10 +11,10 @@ import torch.distributed as dist
 
 from distributed_utils import run_distributed
 from mindspeed_mm.core.fcp.cli import build_parser, main
-from mindspeed_mm.core.fcp.commands.train import effective_run_config
-from mindspeed_mm.core.fcp.executor.comm_errors import CommunicationError, communication, is_communication_failure
-from mindspeed_mm.core.fcp.executor.config import ConfigError, load_run_config, resolve_config_path
-from mindspeed_mm.core.fcp.executor.config_check import (
+from mindspeed_mm.core.fcp.sandbox.fcp_train import effective_run_config
+from mindspeed_mm.core.fcp.runtime.comm_errors import CommunicationError, communication, is_communication_failure
+from mindspeed_mm.core.fcp.sandbox.run_config import ConfigError, load_run_config, resolve_config_path
+from mindspeed_mm.core.fcp.sandbox.config_check import (
     ConfigMismatchError,
     StartupError,
     check_run_agreement,

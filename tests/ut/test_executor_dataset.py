@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.executor.config import DataConfig
-from mindspeed_mm.core.fcp.executor.dataset import LENGTH_BLOCK, SyntheticDataset, block_seed
-from mindspeed_mm.core.fcp.executor.runtime import FCPRankLayout, rounds_of_rank
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig
+from mindspeed_mm.core.fcp.sandbox.text_dataset import LENGTH_BLOCK, SyntheticDataset, block_seed
+from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRankLayout, rounds_of_rank
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
 

@@ -7,14 +7,14 @@ import pytest
 import torch
 from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
 
-from mindspeed_mm.core.fcp.executor.attention import FCPCoreAttention
-from mindspeed_mm.core.fcp.executor.config import DataConfig, ModelConfig
-from mindspeed_mm.core.fcp.executor.dataset import SyntheticDataset
-from mindspeed_mm.core.fcp.executor.distributed import init_distributed, shutdown_distributed
-from mindspeed_mm.core.fcp.executor.model import build_gpt_model, get_fcp_gpt_layer_spec
-from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
-from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
+from mindspeed_mm.core.fcp.sandbox.core_attention import FCPCoreAttention
+from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig, ModelConfig
+from mindspeed_mm.core.fcp.sandbox.text_dataset import SyntheticDataset
+from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown_distributed
+from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model, get_fcp_gpt_layer_spec
+from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
 
 MODEL = ModelConfig(
     num_layers=2,
@@ -36,7 +36,7 @@ def one_rank() -> Iterator[None]:
 
 
 def test_shard_rotary_matches_megatron_rotary_at_any_positions() -> None:
-    from mindspeed_mm.core.fcp.executor.rotary import ShardRotaryEmbedding
+    from mindspeed_mm.core.fcp.sandbox.shard_rotary import ShardRotaryEmbedding
 
     stock = RotaryEmbedding(kv_channels=16, rotary_percent=1.0, rotary_base=500, use_cpu_initialization=True)
     freqs = stock.get_freqs_non_repeated(40)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from mindspeed_mm.core.fcp.executor.config import load_run_config, parse_run_config
-from mindspeed_mm.core.fcp.executor.dataset import build_dataset
-from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.executor.trainer import check_samples_fit
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config, parse_run_config
+from mindspeed_mm.core.fcp.sandbox.text_dataset import build_dataset
+from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.trainer import check_samples_fit
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, validate_plan
 
 
@@ -30,7 +30,7 @@ def _config(**gpt_args: object):
 def test_fcp_planner_is_deterministic_and_valid() -> None:
     config = _config()
     sampler = PlanAwareSampler(build_dataset(config), config.training.global_batch_size, config.training.train_iters)
-    planner = BatchPlanner.from_config(config, num_ranks=6)
+    planner = config.batch_planner(6)
     assert planner.static_cp_degree is None and planner.solver_config.num_ranks == 6
     for step in range(3):
         lengths = sampler.batch_lengths(step)
@@ -42,7 +42,7 @@ def test_fcp_planner_is_deterministic_and_valid() -> None:
 def test_static_planner_keeps_fixed_groups() -> None:
     config = _config(context_parallel_algo="megatron_cp_algo", context_parallel_size=2, fcp_max_tokens_per_rank=96)
     sampler = PlanAwareSampler(build_dataset(config), config.training.global_batch_size, config.training.train_iters)
-    planner = BatchPlanner.from_config(config, num_ranks=4)
+    planner = config.batch_planner(4)
     assert planner.cost.algos == ("ring",)
     plan = planner.plan(sampler.batch_lengths(0))
     validate_plan(plan, sampler.batch_lengths(0), planner.cost)
@@ -54,7 +54,7 @@ def test_static_planner_keeps_fixed_groups() -> None:
 def test_infeasible_sample_is_named_before_training() -> None:
     config = _config(fcp_max_degree=2)
     dataset = build_dataset(config)
-    planner = BatchPlanner.from_config(config, num_ranks=4)
+    planner = config.batch_planner(4)
     too_long = np.flatnonzero(dataset.lengths > 2 * 48)
     assert too_long.size, "the shipped data must hold a sample longer than 2 ranks x 48 tokens"
     first = int(too_long[0])

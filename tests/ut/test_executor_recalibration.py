@@ -7,7 +7,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.calibration import CalibratedCostModel, CalibrationSettings
-from mindspeed_mm.core.fcp.executor.recalibration import (
+from mindspeed_mm.core.fcp.runtime.recalibration import (
     PLAN_LAG,
     StepRecalibrator,
     mean_absolute_error,

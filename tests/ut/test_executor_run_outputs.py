@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from mindspeed_mm.core.fcp.cli import main
-from mindspeed_mm.core.fcp.executor import run_outputs
-from mindspeed_mm.core.fcp.executor.results import TrainResult
-from mindspeed_mm.core.fcp.executor.run_outputs import (
+from mindspeed_mm.core.fcp.sandbox import run_outputs
+from mindspeed_mm.core.fcp.sandbox.results import TrainResult
+from mindspeed_mm.core.fcp.sandbox.run_outputs import (
     FINAL_STATE_FILE,
     RESULT_FILE,
     STATUS_FILE,
@@ -116,8 +116,8 @@ _KILLED_SAVE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     import torch
-    from mindspeed_mm.core.fcp.executor.results import TrainResult
-    from mindspeed_mm.core.fcp.executor.run_outputs import RunOutputs
+    from mindspeed_mm.core.fcp.sandbox.results import TrainResult
+    from mindspeed_mm.core.fcp.sandbox.run_outputs import RunOutputs
 
     def dies_half_way(obj, handle):
         handle.write(b"partial")

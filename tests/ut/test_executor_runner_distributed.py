@@ -10,17 +10,17 @@ import torch
 
 from distributed_utils import run_distributed, whole_world_runtime
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.executor.config import parse_run_config
-from mindspeed_mm.core.fcp.executor.dataset import Sample, build_dataset
-from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
+from mindspeed_mm.core.fcp.sandbox.run_config import parse_run_config
+from mindspeed_mm.core.fcp.sandbox.text_dataset import Sample, build_dataset
+from mindspeed_mm.core.fcp.sandbox.grad_sync import allreduce_gradients
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
-from mindspeed_mm.core.fcp.executor.model import build_gpt_model
-from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.executor.plan_check import PlanMismatchError, check_plan_agreement, check_plan_executable
-from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
-from mindspeed_mm.core.fcp.executor.round_batch import build_shard_batch
-from mindspeed_mm.core.fcp.executor.runner import RoundRunner
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model
+from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.runtime.plan_check import PlanMismatchError, check_plan_agreement, check_plan_executable
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
+from mindspeed_mm.core.fcp.sandbox.round_runner import RoundRunner
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.solver import GroupPlan, InvalidPlanError, Plan, RoundPlan
 
 WORLD_SIZE = 4

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mindspeed_mm.core.fcp.commands.overlay import ENTRY_LINE
+from mindspeed_mm.core.fcp.commands.fcp_overlay import ENTRY_LINE
 from mindspeed_mm.core.fcp.cost import list_presets
-from mindspeed_mm.core.fcp.executor.config import load_run_config
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES
 
@@ -110,13 +109,6 @@ def test_doc_has_the_house_sections() -> None:
     assert "> [!NOTE]" in text
     image = re.search(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert image and (DOC.parent / image.group(1)).is_file()
-
-
-def test_cpu_example_config_loads_and_its_script_names_it() -> None:
-    config = load_run_config(EXAMPLES / "tiny_qwen3_fcp_cpu.yaml")
-    assert config.is_fcp
-    script = (EXAMPLES / "finetune_tiny_qwen3_fcp_cpu.sh").read_text(encoding="utf-8")
-    assert "examples/qwen3vl/tiny_qwen3_fcp_cpu.yaml" in script and "mindspeed_mm.core.fcp.cli train" in script
 
 
 def test_npu_example_selects_fcp_with_the_required_megatron_options() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.runtime.look_ahead import PlannedStep
+
 from test_feature_runtime import make_plan
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
-from mindspeed_mm.features_manager.fcp.mm.data import (
+from mindspeed_mm.features_manager.fcp.qwen3vl.data import (
     FCPBatchSampler,
     PackedGroupCollator,
     check_collated_lengths,
@@ -15,7 +16,7 @@ from mindspeed_mm.features_manager.fcp.mm.data import (
     prepare_sampler_dataloader_wrapper,
     register_training_plans,
 )
-from mindspeed_mm.features_manager.fcp.mm.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
+from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
 from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout, FCPRuntime
 
 
@@ -54,11 +55,12 @@ class _Source:
         self.calls = 0
         self.wants_measurements = False
 
-    def __call__(self) -> Plan:
-        lengths = self.batch_lengths(self.calls)
+    def plan(self, step: int) -> PlannedStep:
+        lengths = self.batch_lengths(step)
         self.calls += 1
         everyone = tuple(range(self.num_ranks))
-        return make_plan([[(everyone, "ring", (i,))] for i in range(len(lengths))], self.num_ranks)
+        return PlannedStep(step, make_plan([[(everyone, "ring", (i,))] for i in range(len(lengths))],
+                                           self.num_ranks), 0.0)
 
     def close(self) -> None:
         pass
@@ -96,7 +98,7 @@ def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> No
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
 
     class TooLong(_Source):
-        def __call__(self) -> Plan:
+        def plan(self, step: int) -> PlannedStep:
             raise InfeasibleSampleError(index=2, length=900, capacity_tokens=100, max_degree=4)
 
     plans = StepPlans(order, [1] * 8, TooLong, first_step=1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths
-from mindspeed_mm.features_manager.fcp.mm.loss import shifted_sample_labels, token_weights
+from mindspeed_mm.core.fcp.runtime.packed_lengths import cumulative_lengths
+from mindspeed_mm.features_manager.fcp.qwen3vl.loss import shifted_sample_labels, token_weights
 
 IGNORE = -100
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from distributed_utils import run_distributed
-from mindspeed_mm.features_manager.fcp.mm.vision_split import assign_media, encode_media_in_group, media_items
+from mindspeed_mm.features_manager.fcp.qwen3vl.vision_split import assign_media, encode_media_in_group, media_items
 
 MERGE_AREA = 4
 WIDTH = 6

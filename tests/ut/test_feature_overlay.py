@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mindspeed_mm.core.fcp.cli import main
-from mindspeed_mm.core.fcp.commands.overlay import ENTRY_LINE, default_source, overlay_files
+from mindspeed_mm.core.fcp.commands.fcp_overlay import ENTRY_LINE, default_source, overlay_files
 
 SOURCE = default_source()
 

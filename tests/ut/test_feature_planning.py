@@ -1,4 +1,5 @@
-"""The planner and plan source built from `--fcp-*` options plan exactly like `fcp train`'s planner."""
+"""`FCPOptions`, the one options object of the three fronts: built from `--fcp-*` flags, from `fcp train`'s YAML
+and from the planning CLI, it gives the same cost model, solver config, planner and plan source."""
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,25 @@ import logging
 import numpy as np
 import pytest
 
-from mindspeed_mm.core.fcp.executor.config import load_run_config
-from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
-from mindspeed_mm.core.fcp.executor.recalibration import PLAN_LAG, WARMUP_STEPS
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
+from mindspeed_mm.core.fcp.cli import build_parser
+from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
+from mindspeed_mm.core.fcp.runtime.recalibration import PLAN_LAG, WARMUP_STEPS
 from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP
 from mindspeed_mm.features_manager.fcp import FCPFeature
-from mindspeed_mm.features_manager.fcp.planning import cost_model_from_args, plan_source_from_args, planner_from_args
+from mindspeed_mm_fcp.options import FCP_OPTIONS
+
+LOGGER = "mindspeed_mm.core.fcp.runtime.plan_source"
+
+
+def planner_from_args(args: argparse.Namespace, num_ranks: int):  # type: ignore[no-untyped-def]
+    return FCPOptions.from_namespace(args).batch_planner(num_ranks=num_ranks)
+
+
+def plan_source_from_args(args: argparse.Namespace, num_ranks: int, batch_lengths, num_steps: int):  # type: ignore[no-untyped-def]
+    options = FCPOptions.from_namespace(args)
+    return options.plan_source(options.batch_planner(num_ranks=num_ranks), batch_lengths, num_steps,
+                               measurable=args.pipeline_model_parallel_size == 1)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -26,7 +40,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_planner_from_args_matches_fcp_train_planner() -> None:
     config = load_run_config("tiny_qwen3_fcp")
-    train = BatchPlanner.from_config(config, 4)
+    train = config.batch_planner(4)
     # fcp train reduces the gradients once per step and runs idle ranks; Megatron's schedule runs every rank
     # through every micro-batch, so the feature plans lockstep rounds. Otherwise the two plan alike.
     assert train.solver_config.step_semantics == INDEPENDENT
@@ -49,9 +63,25 @@ def test_options_reach_the_cost_model_and_solver(tmp_path) -> None:
     assert max(g.degree for r in plan.rounds for g in r.groups) <= 6
 
     table = tmp_path / "table.json"
-    cost_model_from_args(args).table.save(table)
-    from_table = cost_model_from_args(parse("--fcp-profile-table", str(table), "--fcp-max-tokens-per-rank", "1000"))
+    planner.cost.table.save(table)
+    from_table = FCPOptions.from_namespace(parse("--fcp-profile-table", str(table), "--fcp-max-tokens-per-rank",
+                                                 "1000")).cost_model(num_ranks=12)
     assert from_table.capacity_tokens == 1000
+
+
+def test_the_three_fronts_build_the_same_options() -> None:
+    yaml_options = load_run_config("tiny_qwen3_fcp").fcp
+    flags = FCPOptions.from_namespace(parse(*[f"--{f.metadata['key'].replace('_', '-')}={getattr(yaml_options, f.name)}"
+                                               for f in dataclasses.fields(FCPOptions)
+                                               if getattr(yaml_options, f.name) is not None]))
+    assert flags == yaml_options
+    cli = build_parser().parse_args(["plan", "--preset", "cpu-tiny", "--max-degree", "3", "--ranks-per-node", "2",
+                                     "--max-tokens-per-rank", "48"])
+    assert FCPOptions.from_cli(cli) == FCPOptions(preset="cpu-tiny", max_degree=3, ranks_per_node=2,
+                                                  max_tokens_per_rank=48)
+    assert [f.metadata["key"] for f in dataclasses.fields(FCPOptions)] == [o.dest for o in FCP_OPTIONS]
+    with pytest.raises(ValueError, match="--fcp-max-degree: must be a positive integer, got 0"):
+        FCPOptions.from_values({"fcp_max_degree": 0})
 
 
 @pytest.mark.parametrize("async_planning", ["true", "false"])
@@ -61,8 +91,8 @@ def test_plan_source_plans_step_after_step(async_planning: str, caplog: pytest.L
     batches = [[150, 20, 9, 60], [30, 30, 30, 100], [8, 8, 180, 12]]
     source = plan_source_from_args(args, 4, lambda step: batches[step], num_steps=3)
     planner = planner_from_args(args, 4)
-    with caplog.at_level(logging.INFO, logger="mindspeed_mm.features_manager.fcp.planning"):
-        digests = [source().digest() for _ in batches]
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        digests = [source.plan(step).plan.digest() for step in range(len(batches))]
     source.close()
     assert digests == [planner.plan(b).digest() for b in batches]
     assert [r.message.split(":")[0] for r in caplog.records] == [f"FCP plan of step {i}" for i in (1, 2, 3)]
@@ -82,16 +112,16 @@ def test_measured_group_times_recalibrate_the_plans_two_steps_later(
     def base_ms(batch: list[int], group) -> float:  # type: ignore[no-untyped-def]
         return float(base.group_time_ms(base.workload([batch[s] for s in group.samples]), group.degree, group.algo))
 
-    with caplog.at_level(logging.INFO, logger="mindspeed_mm.features_manager.fcp.planning"):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         for step, batch in enumerate(batches):
-            plan = source()
+            plan = source.plan(step).plan
             for round_plan in plan.rounds:
                 for group in round_plan.groups:
                     # Planned with the base model until step 1's times (3x every prediction) are known;
                     # step 0 is the warm-up, whose times are logged only.
                     expected = base_ms(batch, group) * (3.0 if step >= PLAN_LAG + WARMUP_STEPS else 1.0)
                     assert group.predicted_ms == pytest.approx(expected, rel=1e-9), (step, group)
-            source.record_measured([[3.0 * base_ms(batch, g) for g in r.groups] for r in plan.rounds])
+            source.record_measured(step, [[3.0 * base_ms(batch, g) for g in r.groups] for r in plan.rounds])
     source.close()
     calibrations = [r.message for r in caplog.records if r.message.startswith("calibration")]
     assert len(calibrations) == len(batches)
@@ -102,8 +132,8 @@ def test_measured_group_times_recalibrate_the_plans_two_steps_later(
 
 def test_recalibration_is_off_with_pipeline_parallelism(caplog: pytest.LogCaptureFixture) -> None:
     args = parse("--fcp-preset", "cpu-tiny", "--pipeline-model-parallel-size", "2")
-    with caplog.at_level(logging.WARNING, logger="mindspeed_mm.features_manager.fcp.planning"):
+    with caplog.at_level(logging.WARNING, logger="mindspeed_mm.core.fcp.runtime.fcp_options"):
         source = plan_source_from_args(args, 4, lambda step: [100, 20], num_steps=1)
     source.close()
     assert not source.wants_measurements
-    assert "--fcp-recalibrate is off with --pipeline-model-parallel-size > 1" in caplog.text
+    assert "recalibration is off: the rounds of this run have no measurable time of their own" in caplog.text

@@ -19,12 +19,11 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from megatron.core.models.gpt import gpt_layer_specs
 from mindspeed_managers import EXPECT_MINDSPEED, registered_targets
 
-from mindspeed_mm.core.fcp.executor.attention import FCPCoreAttention
 from mindspeed_mm.features_manager.fcp.runtime import reset_fcp_runtime
-from mindspeed_mm_fcp.feature import FCPFeature, bound_distributed_timeout
+from mindspeed_mm_fcp.feature import FCPFeature
+from mindspeed_mm_fcp.parallel_layout import bound_distributed_timeout
 from mindspeed_mm_fcp.mindspeed_compat import (
     USING_MINDSPEED,
     MindSpeedFeature,
@@ -154,8 +153,6 @@ def test_fcp_is_validated_on_typed_args_and_patched_once(features: list[MindSpee
     assert not registered_targets(MindSpeedPatchesManager), "FCP patches only after Megatron's validation"
     args = megatron_stage(FCP_ARGV)
     assert args.fcp_max_degree == 4
-    spec = gpt_layer_specs.get_gpt_layer_local_spec()
-    assert spec.submodules.self_attention.submodules.core_attention is FCPCoreAttention
     patched = registered_targets(MindSpeedPatchesManager)
     assert "megatron.core.parallel_state.initialize_model_parallel" in patched
     MindSpeedFeaturesManager.validate_features_args(args)  # hooks run again (MindSpeed does): no second patch
@@ -180,7 +177,7 @@ def test_runs_without_fcp_are_untouched(features: list[MindSpeedFeature]) -> Non
 def test_the_fcp_timeout_bounds_megatrons_process_groups(features: list[MindSpeedFeature], extra: list[str],
                                                          minutes: int, caplog: pytest.LogCaptureFixture) -> None:
     enable_fcp()
-    with caplog.at_level(logging.INFO, logger="mindspeed_mm_fcp.feature"):
+    with caplog.at_level(logging.INFO, logger="mindspeed_mm_fcp.parallel_layout"):
         args = run_both_stages([*FCP_ARGV, *extra])
     assert args.distributed_timeout_minutes == minutes
     lowered = [r.getMessage() for r in caplog.records if "--distributed-timeout-minutes lowered" in r.getMessage()]

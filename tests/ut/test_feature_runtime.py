@@ -9,8 +9,8 @@ import torch
 from distributed_utils import run_distributed
 from mindspeed_mm.core.fcp.parallel import contiguous_rank_ranges, zigzag_positions, zigzag_unshard
 from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
-from mindspeed_mm.core.fcp.executor.packed_shard import shard_packed_batch
-from mindspeed_mm.features_manager.fcp.adapters.schedule import fcp_forward_backward
+from mindspeed_mm.core.fcp.sandbox.packed_shard import shard_packed_batch
+from mindspeed_mm.features_manager.fcp.megatron.schedule import fcp_forward_backward
 from mindspeed_mm.features_manager.fcp.runtime import (
     FCPRankLayout,
     FCPRound,
@@ -232,7 +232,7 @@ def _tp2_layout_and_groups(rank: int, world_size: int) -> dict[str, Any]:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from mindspeed_mm.features_manager.fcp.adapters.model_parallel import initialize_model_parallel_wrapper
+    from mindspeed_mm.features_manager.fcp.megatron.model_parallel import initialize_model_parallel_wrapper
     from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
 
     runtime = reset_fcp_runtime(FCPRuntimeSettings(group_pool="prewarm", max_degree=2))
@@ -310,8 +310,8 @@ def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
 def test_a_failed_exchange_of_the_round_times_names_the_step_and_the_ranks(monkeypatch) -> None:
     import torch.distributed as dist
 
-    from mindspeed_mm.core.fcp.executor.comm_errors import CommunicationError
-    from mindspeed_mm.core.fcp.executor import runtime as runtime_module
+    from mindspeed_mm.core.fcp.runtime.comm_errors import CommunicationError
+    from mindspeed_mm.core.fcp.runtime import step_runtime as runtime_module
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

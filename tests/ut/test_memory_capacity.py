@@ -7,8 +7,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cli import main
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable
-from mindspeed_mm.core.fcp.executor.config import load_run_config
-from mindspeed_mm.core.fcp.executor.planning import run_cost_model
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
 from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
 from mindspeed_mm.core.fcp.solver import memory_checks
 from mindspeed_mm.core.fcp.solver.baselines import megatron_static_cp
@@ -74,6 +73,6 @@ def test_planners_warn_when_the_state_is_sharded_wider_than_the_run(caplog: pyte
 
 def test_fcp_train_cost_model_shards_over_the_run_and_takes_its_node_size() -> None:
     config = load_run_config("tiny_qwen3_fcp")
-    assert run_cost_model(config, 4).state_shard_ranks == 4
+    assert config.fcp.cost_model(num_ranks=4).state_shard_ranks == 4
     default = CostModel.from_preset(config.fcp.preset).state_shard_ranks  # one node of the preset
-    assert run_cost_model(config).state_shard_ranks == default != 4
+    assert config.fcp.cost_model(num_ranks=None).state_shard_ranks == default != 4

@@ -9,7 +9,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cli import main
 from mindspeed_mm.core.fcp.commands import overlay_install
-from mindspeed_mm.core.fcp.commands.overlay import default_source, overlay_files
+from mindspeed_mm.core.fcp.commands.fcp_overlay import default_source, overlay_files
 from mindspeed_mm.core.fcp.commands.overlay_install import STAGING_PREFIX, OverlayEscapeError, resolve_inside
 
 SOURCE = default_source()

@@ -24,7 +24,7 @@ sys.meta_path.insert(0, _NoMegatron())
 """
 PRODUCT_PACKAGES = ("mindspeed_mm_fcp", "mindspeed_mm.features_manager.fcp", "mindspeed_mm.core.fcp.cost",
                     "mindspeed_mm.core.fcp.solver", "mindspeed_mm.core.fcp.parallel", "mindspeed_mm.core.fcp.commands")
-MEGATRON_ADAPTERS = "mindspeed_mm.features_manager.fcp.adapters"
+MEGATRON_ADAPTERS = "mindspeed_mm.features_manager.fcp.megatron"
 
 
 def run_without_megatron(code: str, tmp_path: Path) -> dict:
@@ -66,7 +66,8 @@ def test_every_fcp_command_starts_and_overlay_plan_simulate_run_without_megatron
         import contextlib, io, json
         from mindspeed_mm.core.fcp.cli import COMMAND_MODULES, main
         codes = {{}}
-        for command in COMMAND_MODULES:
+        for module in COMMAND_MODULES:
+            command = module.rsplit(".fcp_", 1)[1]
             with contextlib.redirect_stdout(io.StringIO()):
                 codes[command + " --help"] = main([command, "--help"])
         with contextlib.redirect_stdout(io.StringIO()):

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig, model_shape
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig, model_shape
 from mindspeed_mm.core.fcp.profiler.world import check_backend
 
 

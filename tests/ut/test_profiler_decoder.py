@@ -11,8 +11,8 @@ import torch.distributed as dist
 
 from distributed_utils import run_distributed
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
-from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
-from mindspeed_mm.core.fcp.profiler.config import model_shape
+from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.profile_config import model_shape
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core, skip_core
 
 LENGTHS = [37, 5, 64, 3, 20]

@@ -16,7 +16,7 @@ import pytest
 from mindspeed_mm.core.fcp.cli import main
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable
 from mindspeed_mm.core.fcp.cost.presets import MODELS
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.profiling import write_profile
 from mindspeed_mm.core.fcp.profiler.world import WorldError
 from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan

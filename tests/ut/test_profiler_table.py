@@ -11,8 +11,8 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable, ProfileTableError
 from mindspeed_mm.core.fcp.cost.grid import Grid
-from mindspeed_mm.core.fcp.profiler.comm import CommSamples
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.comm_timing import CommSamples
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.measure import (
     MEMORY_PROBE_LENGTHS,
     RankFacts,

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.profiler.config import model_shape
-from mindspeed_mm.core.fcp.profiler.validation import (
+from mindspeed_mm.core.fcp.profiler.profile_config import model_shape
+from mindspeed_mm.core.fcp.profiler.group_validation import (
     ValidationGroup,
     ValidationRound,
     ValidationSettings,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mindspeed_mm.core.fcp.cost.presets import MODELS
-from mindspeed_mm.core.fcp.executor.distributed import init_distributed, shutdown_distributed
+from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown_distributed
 from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, probe_frames, vision_figures, window_grid
 
 SHAPE = MODELS["tiny"].encoder

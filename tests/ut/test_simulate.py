@@ -9,6 +9,7 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.gantt import draw_plan
+from mindspeed_mm.core.fcp.simulate.speedup_plot import plot_report
 from mindspeed_mm.core.fcp.simulate.simulator import (
     FCP,
     FCP_DDP,
@@ -16,7 +17,6 @@ from mindspeed_mm.core.fcp.simulate.simulator import (
     STRATEGIES,
     SimulationConfig,
     draw_batches,
-    plot_report,
     simulate,
 )
 from mindspeed_mm.core.fcp.solver import SolverConfig

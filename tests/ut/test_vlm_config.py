@@ -1,15 +1,12 @@
-"""VLM run configuration: the shipped and example YAMLs parse alike; bad vision keys are named in the error."""
+"""VLM run configuration: the shipped YAML parses; bad vision keys are named in the error."""
 from __future__ import annotations
 
 import copy
-import dataclasses
-from pathlib import Path
 
 import pytest
 
-from mindspeed_mm.core.fcp.executor.config import ConfigError, load_run_config, parse_run_config
+from mindspeed_mm.core.fcp.sandbox.run_config import ConfigError, load_run_config, parse_run_config
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
 BASE = {
     "gpt_args": {
         "global_batch_size": 4,
@@ -34,11 +31,9 @@ def _with(section: str, **values: object) -> dict:
     return data
 
 
-def test_shipped_and_example_vlm_configs_agree() -> None:
+def test_the_shipped_vlm_config_loads() -> None:
     shipped = load_run_config("tiny_qwen3vl_fcp")
-    example = load_run_config(EXAMPLE)
     assert shipped.is_vlm and shipped.is_fcp
-    assert dataclasses.replace(example, source=shipped.source) == shipped
     assert shipped.vision is not None and shipped.vision.temporal_patch_size == 2
     assert shipped.vision.spatial_merge_size == 2 and shipped.vision.patch_dim == 3 * 2 * 2 * 2
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.executor.config import DataConfig, VideoDataConfig, VisionConfig
-from mindspeed_mm.core.fcp.executor.vision.dataset import VISION_TOKEN_ID, VideoCaptionDataset, patchify_frames
-from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout, patch_grid_positions
+from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig, VideoDataConfig, VisionConfig
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VISION_TOKEN_ID, VideoCaptionDataset, patchify_frames
+from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout, patch_grid_positions
 
 VISION = VisionConfig(num_layers=1, hidden_size=16, ffn_hidden_size=32, num_attention_heads=2, patch_size=2)
 VIDEO = VideoDataConfig(frame_scale=4, grid_scale=8, text_scale=16, min_caption_tokens=2, prompt_tokens=3)

@@ -7,9 +7,9 @@ import torch
 import torch.distributed as dist
 
 from distributed_utils import run_distributed
-from mindspeed_mm.core.fcp.executor.vision.exchange import exchange_vision_tokens, vision_routing
-from mindspeed_mm.core.fcp.executor.vision.frames import split_group_vision
-from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout
+from mindspeed_mm.core.fcp.sandbox.vision.exchange import exchange_vision_tokens, vision_routing
+from mindspeed_mm.core.fcp.sandbox.vision.frames import split_group_vision
+from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout
 
 WORLD_SIZE = 3
 HIDDEN = 5

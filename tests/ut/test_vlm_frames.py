@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.executor.padding import cumulative_lengths
-from mindspeed_mm.core.fcp.executor.vision.exchange import vision_routing
-from mindspeed_mm.core.fcp.executor.vision.frames import (
+from mindspeed_mm.core.fcp.runtime.packed_lengths import cumulative_lengths
+from mindspeed_mm.core.fcp.sandbox.vision.exchange import vision_routing
+from mindspeed_mm.core.fcp.sandbox.vision.frames import (
     assign_frame_units,
     frame_units,
     rank_patch_loads,
     split_group_vision,
     token_holders,
 )
-from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout
+from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout
 from mindspeed_mm.core.fcp.parallel import zigzag_layout
 
 

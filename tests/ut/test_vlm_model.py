@@ -8,15 +8,15 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.executor.config import DataConfig, ModelConfig, VideoDataConfig, VisionConfig
-from mindspeed_mm.core.fcp.executor.distributed import init_distributed, shutdown_distributed
-from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
-from mindspeed_mm.core.fcp.executor.vision.dataset import VideoCaptionDataset
-from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch
-from mindspeed_mm.core.fcp.executor.vision.exchange import exchange_vision_tokens
-from mindspeed_mm.core.fcp.executor.vision.model import build_vlm_model
-from mindspeed_mm.core.fcp.executor.vision.reference import sample_token_losses
-from mindspeed_mm.core.fcp.executor.vision.round_batch import build_vlm_shard_batch
+from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig, ModelConfig, VideoDataConfig, VisionConfig
+from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown_distributed
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoCaptionDataset
+from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch
+from mindspeed_mm.core.fcp.sandbox.vision.exchange import exchange_vision_tokens
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_model import build_vlm_model
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_reference import sample_token_losses
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_batch import build_vlm_shard_batch
 
 MODEL = ModelConfig(num_layers=2, hidden_size=32, ffn_hidden_size=48, num_attention_heads=4, num_query_groups=2,
                     vocab_size=64, seq_length=96)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mindspeed_mm.core.fcp.executor.config import DataConfig, VideoDataConfig, VisionConfig
-from mindspeed_mm.core.fcp.executor.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.executor.rotary import ShardRotaryEmbedding
-from mindspeed_mm.core.fcp.executor.vision.dataset import VideoCaptionDataset
-from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout, mrope_position_ids
-from mindspeed_mm.core.fcp.executor.vision.mrope_sections import HEIGHT, TEMPORAL, WIDTH, interleaved_mrope_axes
-from mindspeed_mm.core.fcp.executor.vision.rotary import MRopePackedSeqParams, ShardMRotaryEmbedding
-from mindspeed_mm.core.fcp.executor.vision.round_batch import build_vlm_shard_batch
+from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig, VideoDataConfig, VisionConfig
+from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.sandbox.shard_rotary import ShardRotaryEmbedding
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoCaptionDataset
+from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout, mrope_position_ids
+from mindspeed_mm.core.fcp.sandbox.vision.mrope_sections import HEIGHT, TEMPORAL, WIDTH, interleaved_mrope_axes
+from mindspeed_mm.core.fcp.sandbox.vision.shard_mrope import MRopePackedSeqParams, ShardMRotaryEmbedding
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_batch import build_vlm_shard_batch
 from mindspeed_mm.core.fcp.parallel import zigzag_layout, zigzag_unshard
 
 VISION = VisionConfig(num_layers=1, hidden_size=16, ffn_hidden_size=32, num_attention_heads=2)

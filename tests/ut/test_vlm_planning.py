@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
-from mindspeed_mm.core.fcp.executor.config import VideoDataConfig, load_run_config
-from mindspeed_mm.core.fcp.executor.dataset import build_dataset
-from mindspeed_mm.core.fcp.executor.planning import BatchPlanner
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.executor.vision.balance import plan_vision_balance
-from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset, video_layouts
-from mindspeed_mm.core.fcp.executor.vision.frames import split_group_vision
-from mindspeed_mm.core.fcp.executor.vision.layout import VideoSampleLayout
+from mindspeed_mm.core.fcp.sandbox.run_config import VideoDataConfig, load_run_config
+from mindspeed_mm.core.fcp.sandbox.text_dataset import build_dataset
+from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.vision.vision_balance import plan_vision_balance
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset, video_layouts
+from mindspeed_mm.core.fcp.sandbox.vision.frames import split_group_vision
+from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
@@ -35,7 +35,7 @@ def test_sampler_hands_out_patches_only_for_video_data() -> None:
 
 def test_group_times_include_the_vision_term() -> None:
     sampler = PlanAwareSampler(build_video_dataset(CONFIG), CONFIG.training.global_batch_size, 3)
-    planner = BatchPlanner.from_config(CONFIG, 4)
+    planner = CONFIG.batch_planner(4)
     cost = planner.cost
     assert cost.coefficients.per_patch_ms > 0
     for step in range(3):

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from distributed_utils import run_distributed, whole_world_runtime
-from mindspeed_mm.core.fcp.executor.config import parse_run_config
-from mindspeed_mm.core.fcp.executor.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.executor.reference import ReferenceCoreAttention
-from mindspeed_mm.core.fcp.executor.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.executor.vision.dataset import build_video_dataset
-from mindspeed_mm.core.fcp.executor.vision.frames import split_group_vision
-from mindspeed_mm.core.fcp.executor.vision.model import build_vlm_model
-from mindspeed_mm.core.fcp.executor.vision.reference import sample_token_losses
-from mindspeed_mm.core.fcp.executor.vision.runner import VLMRoundRunner
+from mindspeed_mm.core.fcp.sandbox.run_config import parse_run_config
+from mindspeed_mm.core.fcp.sandbox.grad_sync import allreduce_gradients
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
+from mindspeed_mm.core.fcp.sandbox.vision.frames import split_group_vision
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_model import build_vlm_model
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_reference import sample_token_losses
+from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_runner import VLMRoundRunner
 from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
 
 WORLD_SIZE = 4

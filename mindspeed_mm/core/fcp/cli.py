@@ -1,20 +1,33 @@
 """The `fcp` command line: one entry point, one module per sub-command.
 
-Each module in `COMMAND_MODULES` (under `mindspeed_mm.core.fcp.commands`) exposes
-`add_parser(subparsers)`, which registers its sub-command, and `run(args) -> int`.
+Each module in `COMMAND_MODULES` exposes `add_parser(subparsers)`, which registers its sub-command, and
+`run(args) -> int`. The product's commands live in `mindspeed_mm.core.fcp.commands`; `fcp train` and
+`fcp demo` run the demo trainer and live with it in `mindspeed_mm.core.fcp.sandbox`, registered only
+where that package is installed (a MindSpeed-MM checkout overlaid by `fcp overlay` holds the product only).
+Every module imports only what its parser needs; what a command runs is imported when it runs.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import sys
 from typing import Sequence
 
 from mindspeed_mm.core.fcp import __version__
 
-COMMAND_MODULES: tuple[str, ...] = ("plan", "simulate", "train", "demo", "overlay", "profile")
+_PRODUCT = "mindspeed_mm.core.fcp.commands"
+_SANDBOX = "mindspeed_mm.core.fcp.sandbox"
+COMMAND_MODULES: tuple[str, ...] = (
+    f"{_PRODUCT}.fcp_plan", f"{_PRODUCT}.fcp_simulate", f"{_SANDBOX}.fcp_train", f"{_SANDBOX}.fcp_demo",
+    f"{_PRODUCT}.fcp_overlay", f"{_PRODUCT}.fcp_profile",
+)
 """Sub-command modules, in the order `fcp --help` lists them."""
+
+
+def _available(module: str) -> bool:
+    return not module.startswith(_SANDBOX) or importlib.util.find_spec(_SANDBOX) is not None
 
 _EXIT_USAGE = 2
 
@@ -27,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (repeat for debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(f"mindspeed_mm.core.fcp.commands.{name}")
+    for name in filter(_available, COMMAND_MODULES):
+        module = importlib.import_module(name)
         sub = module.add_parser(subparsers)
         sub.set_defaults(handler=module.run)
     return parser

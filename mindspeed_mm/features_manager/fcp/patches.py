@@ -1,8 +1,8 @@
-"""The Megatron functions FCP patches, each with the adapter that replaces or wraps it and why.
+"""The functions FCP patches on MindSpeed-MM's Qwen3-VL path, each with the adapter that replaces or wraps it and why.
 
-Targets in megatron-core are always registered. Targets in `megatron.training` (Megatron-LM's
-training package, not part of megatron-core) and in `mindspeed` are registered only when those
-packages are importable; their adapters are the same functions as the megatron-core ones.
+Two Megatron functions that every MindSpeed-MM entry script runs through (`megatron/`: model-parallel
+initialisation, the forward-backward schedule) and four MindSpeed-MM functions of the Qwen3-VL model
+(`qwen3vl/`). A patch is registered only where its target's package is importable.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-_ADAPTERS = "mindspeed_mm.features_manager.fcp.adapters"
-_MM = "mindspeed_mm.features_manager.fcp.mm"
+_MEGATRON = "mindspeed_mm.features_manager.fcp.megatron"
+_QWEN3VL = "mindspeed_mm.features_manager.fcp.qwen3vl"
 
 
 @dataclass(frozen=True)
@@ -40,62 +40,27 @@ class FCPPatch:
 
 FCP_PATCHES: tuple[FCPPatch, ...] = (
     FCPPatch(
-        "megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_local_spec",
-        f"{_ADAPTERS}.layer_spec:get_gpt_layer_local_spec_wrapper",
-        "core attention of every GPT layer becomes FCPCoreAttention, which runs ring or Ulysses attention over "
-        "the round's group taken from packed_seq_params",
-    ),
-    FCPPatch(
-        "megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec",
-        f"{_ADAPTERS}.layer_spec:get_gpt_layer_with_transformer_engine_spec_wrapper",
-        "the same for the Transformer Engine layer spec",
-    ),
-    FCPPatch(
-        "megatron.core.models.common.embeddings.rotary_pos_embedding.RotaryEmbedding",
-        f"{_ADAPTERS}.rotary:FCPRotaryEmbedding",
-        "a zigzag shard holds non-consecutive positions of several documents: RoPE angles come from each "
-        "token's own position id instead of a slice of 0..seq_len",
-    ),
-    FCPPatch(
         "megatron.core.parallel_state.initialize_model_parallel",
-        f"{_ADAPTERS}.model_parallel:initialize_model_parallel_wrapper",
+        f"{_MEGATRON}.model_parallel:initialize_model_parallel_wrapper",
         "checks that Megatron builds no static CP groups (CP = 1), records the DP x CP planes FCP re-partitions "
         "and, with --fcp-group-pool prewarm, creates every group once",
     ),
     FCPPatch(
-        "megatron.core.utils.get_batch_on_this_cp_rank",
-        f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
-        "each rank keeps its per-document zigzag shard of its group's packed batch (the group and degree change "
-        "every round) and gets the round's FCPPackedSeqParams",
-    ),
-    FCPPatch(
         "megatron.core.pipeline_parallel.schedules.get_forward_backward_func",
-        f"{_ADAPTERS}.schedule:get_forward_backward_func_wrapper",
+        f"{_MEGATRON}.schedule:get_forward_backward_func_wrapper",
         "every step starts from its plan: the schedule runs one micro-batch per planned round and tells the "
         "batch function which round is running",
     ),
     FCPPatch(
-        "megatron.training.utils.get_batch_on_this_cp_rank",
-        f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
-        "Megatron-LM's training loop shards batches through its own copy of the function",
-        requires="megatron.training",
-    ),
-    FCPPatch(
-        "mindspeed.utils.get_batch_on_this_cp_rank",
-        f"{_ADAPTERS}.batch:get_batch_on_this_cp_rank",
-        "MindSpeed-MM entry scripts shard batches through MindSpeed's copy of the function",
-        requires="mindspeed",
-    ),
-    FCPPatch(
         "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
-        f"{_MM}.data:prepare_sampler_dataloader_wrapper",
+        f"{_QWEN3VL}.data:prepare_sampler_dataloader_wrapper",
         "MindSpeed-MM's data loader: `sampler_type: FCPBatchSampler` plans every global batch from the dataset's "
         "token lengths and gives each rank its group's samples packed, round after round",
         requires="mindspeed_mm.data.dataloader.dataloader",
     ),
     FCPPatch(
         "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
-        f"{_MM}.qwen3vl:model_forward_wrapper",
+        f"{_QWEN3VL}.modeling:model_forward_wrapper",
         "Qwen3-VL builds the round's packed samples whole (each image or video encoded by one member of the group, "
         "features gathered; one vision-tower call per round on every rank, as FSDP2 needs), then runs its text "
         "decoder on this rank's zigzag shard (embeddings, mRoPE ids, deepstack features)",
@@ -103,13 +68,13 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
     ),
     FCPPatch(
         "mindspeed_mm.models.transformers.qwen3vl.modules.Qwen3VLTextAttention.forward",
-        f"{_MM}.qwen3vl:text_attention_forward_wrapper",
+        f"{_QWEN3VL}.modeling:text_attention_forward_wrapper",
         "Qwen3-VL's text attention runs FCP's ring or Ulysses attention over the round's group",
         requires="mindspeed_mm.models.transformers.qwen3vl.modules",
     ),
     FCPPatch(
         "mindspeed_mm.models.transformers_model.TransformersModel.build_loss_ctx",
-        f"{_MM}.loss:build_loss_ctx_wrapper",
+        f"{_QWEN3VL}.loss:build_loss_ctx_wrapper",
         "the loss of a round's shard is weighted so that the step's loss and gradients are those of the global "
         "batch on one device (model.loss_cfg semantics)",
         requires="mindspeed_mm.models.transformers_model",
@@ -132,13 +97,13 @@ def active_patches() -> list[FCPPatch]:
 
 def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[FCPPatch]:
     """Configures the FCP runtime from `args` and registers the active patches; returns them."""
-    from mindspeed_mm_fcp.feature import fcp_ranks
+    from mindspeed_mm_fcp.parallel_layout import fcp_ranks
 
-    from .runtime import FCPRuntimeSettings, reset_fcp_runtime
+    from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 
-    reset_fcp_runtime(FCPRuntimeSettings(group_pool=args.fcp_group_pool, max_degree=args.fcp_max_degree,
-                                         comm_timeout_s=args.fcp_comm_timeout_s,
-                                         attention_kernel=args.fcp_attention_kernel))
+    from .runtime import reset_fcp_runtime
+
+    reset_fcp_runtime(FCPOptions.from_namespace(args).runtime_settings())
     patches = active_patches()
     for patch in patches:
         patch_manager.register_patch(patch.target, patch.load_adapter())

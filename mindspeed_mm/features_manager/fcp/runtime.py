@@ -4,11 +4,11 @@ Megatron calls the patched functions without passing FCP anything, so they meet 
 model-parallel initialisation records where this process sits among the FCP ranks, the
 forward-backward driver starts each step with its plan, and the batch function and the attention
 read the round being run. Nothing in Megatron's own global state is changed. The runtime itself
-(rounds, groups, timing) is `mindspeed_mm.core.fcp.executor.runtime`, the one `fcp train` drives too.
+(rounds, groups, timing) is `mindspeed_mm.core.fcp.runtime.step_runtime`, the one `fcp train` drives too.
 """
 from __future__ import annotations
 
-from mindspeed_mm.core.fcp.executor.runtime import (
+from mindspeed_mm.core.fcp.runtime.step_runtime import (
     FCPRankLayout,
     FCPRound,
     FCPRuntime,

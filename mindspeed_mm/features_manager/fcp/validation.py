@@ -10,7 +10,7 @@ from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_pre
 from mindspeed_mm.core.fcp.cost.presets import MODELS, split_preset_name
 from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
 
-from mindspeed_mm_fcp.feature import check_static_layout, fcp_ranks
+from mindspeed_mm_fcp.parallel_layout import check_static_layout, fcp_ranks
 from mindspeed_mm_fcp.options import FCP_OPTIONS, FCPOptionError, coerce_option
 
 FCPArgumentError = FCPOptionError

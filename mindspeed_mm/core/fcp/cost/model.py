@@ -22,11 +22,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
-from mindspeed_mm.core.fcp.cost.comm import CommCurve
+from mindspeed_mm.core.fcp.cost.comm_costs import CommCurve
 from mindspeed_mm.core.fcp.cost.presets import preset_table
-from mindspeed_mm.core.fcp.cost.ring import RingDegreeTerms, RingTimer
+from mindspeed_mm.core.fcp.cost.ring_costs import RingDegreeTerms, RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
-from mindspeed_mm.core.fcp.cost.ulysses import UlyssesTimer
+from mindspeed_mm.core.fcp.cost.ulysses_costs import UlyssesTimer
 from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
 logger = logging.getLogger(__name__)

@@ -229,8 +229,8 @@ MODELS: dict[str, ModelPreset] = {
     "tiny": ModelPreset(
         DecoderShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
                      tied_embeddings=False, qkv_bias=False, qk_norm=False),
-        # The encoder of examples/qwen3vl/tiny_qwen3vl_fcp_cpu.yaml; 60 patches (3 x 5 merged tokens) are the
-        # frame group of most of its dataset's videos.
+        # The encoder of the demo trainer's tiny_qwen3vl_fcp config (sandbox/configs); 60 patches (3 x 5 merged
+        # tokens) are the frame group of most of its dataset's videos.
         EncoderShape(depth=2, hidden=32, heads=2, mlp=64, patch_size=2, spatial_merge=2, temporal_patch=2,
                      out_hidden=64, mergers=1, attention_window=60),
         "none", "project-defined"),

@@ -1,6 +1,6 @@
 """Distributed attention for FCP groups: zigzag sharding, ring / Ulysses attention, kernels, group pool."""
 from mindspeed_mm.core.fcp.parallel.attention import ATTENTION_ALGOS, fcp_attention
-from mindspeed_mm.core.fcp.parallel.comm import CommStats
+from mindspeed_mm.core.fcp.parallel.collectives import CommStats
 from mindspeed_mm.core.fcp.parallel.group_pool import (
     CommGroupPool,
     CommGroupPoolFullError,

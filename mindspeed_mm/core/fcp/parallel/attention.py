@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
-from mindspeed_mm.core.fcp.parallel.comm import CommStats
+from mindspeed_mm.core.fcp.parallel.collectives import CommStats
 from mindspeed_mm.core.fcp.parallel.kernels import AUTO, get_kernel, resolve_kernel_name
 from mindspeed_mm.core.fcp.parallel.ring import RingAttention
 from mindspeed_mm.core.fcp.parallel.ulysses import UlyssesAttention, kv_repeat_factor

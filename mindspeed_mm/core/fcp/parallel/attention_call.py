@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from mindspeed_mm.core.fcp.parallel.comm import CommStats
+from mindspeed_mm.core.fcp.parallel.collectives import CommStats
 from mindspeed_mm.core.fcp.parallel.kernels import AttentionKernel
 from mindspeed_mm.core.fcp.parallel.zigzag import ZigzagLayout
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 import torch
 
 from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
-from mindspeed_mm.core.fcp.parallel.comm import PendingExchange, RingComm
+from mindspeed_mm.core.fcp.parallel.collectives import PendingExchange, RingComm
 from mindspeed_mm.core.fcp.parallel.kernels import VarlenSegments, accumulation_dtype
 from mindspeed_mm.core.fcp.parallel.zigzag import ZigzagLayout, zigzag_layout
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
-from mindspeed_mm.core.fcp.parallel.comm import all_to_all_rows
+from mindspeed_mm.core.fcp.parallel.collectives import all_to_all_rows
 from mindspeed_mm.core.fcp.parallel.kernels import VarlenSegments
 
 

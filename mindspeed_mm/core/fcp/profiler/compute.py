@@ -15,7 +15,7 @@ import torch
 from mindspeed_mm.core.fcp.cost.table import ModelShape
 from mindspeed_mm.core.fcp.parallel import fcp_attention
 from mindspeed_mm.core.fcp.parallel.kernels import VarlenSegments, default_kernel_name, get_kernel
-from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.decoder import TORCH_DTYPES, Decoder, fcp_core, skip_core
 from mindspeed_mm.core.fcp.profiler.timing import Samples, time_repeats
 

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.cost.table import ModelShape
-from mindspeed_mm.core.fcp.cost.ulysses import ulysses_degrees
+from mindspeed_mm.core.fcp.cost.ulysses_costs import ulysses_degrees
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.parallel.ulysses import kv_repeat_factor
-from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS, CommSamples, comm_samples, prewarm_groups, reference_block
+from mindspeed_mm.core.fcp.profiler.comm_timing import COMM_KINDS, CommSamples, comm_samples, prewarm_groups, reference_block
 from mindspeed_mm.core.fcp.profiler.compute import (
     ATTENTION_KINDS,
     Repeats,
@@ -24,7 +24,7 @@ from mindspeed_mm.core.fcp.profiler.compute import (
     matmul_tflops,
     whole_decoder_samples,
 )
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
 from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from mindspeed_mm.core.fcp.cost.table import ModelShape
-from mindspeed_mm.core.fcp.profiler.batch import cu_seqlens_of, shard_inputs
+from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder, fcp_core
 
 

@@ -19,12 +19,12 @@ from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost.model import CostModel
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.environment import host_facts, load_average
 from mindspeed_mm.core.fcp.profiler.measure import RankFacts, RankMeasurements, RankProfiler
 from mindspeed_mm.core.fcp.profiler.memory import device_memory_bytes
 from mindspeed_mm.core.fcp.profiler.table_builder import build_table
-from mindspeed_mm.core.fcp.profiler.validation import (
+from mindspeed_mm.core.fcp.profiler.group_validation import (
     ValidationReport,
     ValidationRound,
     ValidationRunner,

@@ -9,9 +9,9 @@ from typing import Any
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.model import CostModel
 from mindspeed_mm.core.fcp.cost.table import HardwareInfo, MemoryFigures, ProfileTable, StepFigures, TimeFigures
-from mindspeed_mm.core.fcp.profiler.comm import COMM_KINDS
+from mindspeed_mm.core.fcp.profiler.comm_timing import COMM_KINDS
 from mindspeed_mm.core.fcp.profiler.compute import ATTENTION_KINDS
-from mindspeed_mm.core.fcp.profiler.config import ProfileConfig
+from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line, fit_overlapped, median_of, monotone
 from mindspeed_mm.core.fcp.profiler.measure import MEMORY_PROBE_LENGTHS, RankFacts, RankMeasurements, probe_layers
 from mindspeed_mm.core.fcp.profiler.timing import summarize

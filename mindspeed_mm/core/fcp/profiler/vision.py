@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
-from mindspeed_mm.core.fcp.executor.config_sections import VisionConfig
-from mindspeed_mm.core.fcp.executor.vision.encoder import FrameBatch, VisionEncoder
-from mindspeed_mm.core.fcp.executor.vision.layout import patch_grid_positions
+from mindspeed_mm.core.fcp.sandbox.config_sections import VisionConfig
+from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch, VisionEncoder
+from mindspeed_mm.core.fcp.sandbox.vision.layout import patch_grid_positions
 from mindspeed_mm.core.fcp.profiler.compute import Repeats
 from mindspeed_mm.core.fcp.profiler.decoder import TORCH_DTYPES
 from mindspeed_mm.core.fcp.profiler.fitting import fit_line

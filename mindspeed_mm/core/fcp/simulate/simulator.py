@@ -361,12 +361,3 @@ def simulate_with_bar(config: SimulationConfig, cost: CostModel, bar: "tqdm | No
                 bar.set_postfix_str(f"{dataset}/{strategy} seed {config.seed}")
             results.append(_simulate_strategy(dataset, strategy, batches, cost, config, bar))
     return SimulationReport(config=config, results=tuple(results))
-
-
-def plot_report(report: SimulationReport, path: str | Path) -> Path:
-    """Bar chart of each strategy's speedup over the reference, per dataset, written to `path` (PNG)."""
-    from mindspeed_mm.core.fcp.simulate.speedup_plot import plot_speedups
-
-    config = report.config
-    return plot_speedups(config.datasets, config.strategies, lambda d, s: (report.speedup(d, s), None),
-                         f"{config.solver.num_ranks} ranks, global batch {config.global_batch_size}", path)

@@ -5,7 +5,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mindspeed_mm.core.fcp.simulate.simulator import REFERENCE
+from mindspeed_mm.core.fcp.simulate.simulator import REFERENCE, SimulationReport
 
 
 def plot_speedups(datasets: Sequence[str], strategies: Sequence[str],
@@ -43,3 +43,10 @@ def plot_speedups(datasets: Sequence[str], strategies: Sequence[str],
     out = Path(path)
     figure.savefig(out, dpi=120)
     return out
+
+
+def plot_report(report: SimulationReport, path: str | Path) -> Path:
+    """Bar chart of each strategy's speedup over the reference, per dataset, written to `path` (PNG)."""
+    config = report.config
+    return plot_speedups(config.datasets, config.strategies, lambda d, s: (report.speedup(d, s), None),
+                         f"{config.solver.num_ranks} ranks, global batch {config.global_batch_size}", path)

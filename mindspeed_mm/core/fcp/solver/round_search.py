@@ -6,15 +6,13 @@ keeps the best improving change (or the first, with the limits' `first_improveme
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.degree_dp import beats, optimal_makespan, realise
-from mindspeed_mm.core.fcp.solver.round_types import CandidateGroup
+from mindspeed_mm.core.fcp.solver.round_types import CandidateGroup, RoundSolverView
 
-if TYPE_CHECKING:
-    from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 
 # A change must shorten the round by more than this fraction to count as an improvement.
 _IMPROVEMENT_RTOL = 1e-9
@@ -22,7 +20,7 @@ _IMPROVEMENT_RTOL = 1e-9
 MOVE_MARGIN = 2
 
 
-def improve(solver: RoundSolver, groups: list[CandidateGroup], makespan: float, window: int) -> list[CandidateGroup]:
+def improve(solver: RoundSolverView, groups: list[CandidateGroup], makespan: float, window: int) -> list[CandidateGroup]:
     """The groups after at most the limits' `max_moves` improving changes (and at most
     `max_evaluations` candidates evaluated); the groups given when none improves."""
     evaluations = 0
@@ -54,7 +52,7 @@ def improve(solver: RoundSolver, groups: list[CandidateGroup], makespan: float, 
         makespan, groups = best
     return groups
 
-def moved_matrix(solver: RoundSolver, groups: list[CandidateGroup], base: np.ndarray, spare: int, removed: set[int],
+def moved_matrix(solver: RoundSolverView, groups: list[CandidateGroup], base: np.ndarray, spare: int, removed: set[int],
                  added: list[CandidateGroup], window: int) -> tuple[np.ndarray, int] | None:
     """The time matrix after a move, from the current one (`base`, `spare`) without rebuilding it."""
     count = len(groups) - len(removed) + len(added)
@@ -69,7 +67,7 @@ def moved_matrix(solver: RoundSolver, groups: list[CandidateGroup], base: np.nda
     return np.concatenate([base[keep, :width], solver.time_rows(added, width)]), new_spare
 
 def neighbours(
-    solver: RoundSolver, groups: list[CandidateGroup], slow: int, times: np.ndarray
+    solver: RoundSolverView, groups: list[CandidateGroup], slow: int, times: np.ndarray
 ) -> Iterator[tuple[set[int], list[tuple[int, ...]]]]:
     """Moves as (indices of groups removed, sample tuples of groups added), all touching or
     helping the slowest group: split it in two, pull one of its samples out, merge it with a
@@ -89,7 +87,7 @@ def neighbours(
     if len(others) >= 2:
         yield {others[0], others[1]}, [tuple(sorted(groups[others[0]].samples + groups[others[1]].samples))]
 
-def split_two(solver: RoundSolver, samples: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def split_two(solver: RoundSolverView, samples: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Splits samples in two halves of similar device time (longest first, to the lighter half)."""
     halves: tuple[list[int], list[int]] = ([], [])
     loads = [0.0, 0.0]

@@ -7,20 +7,18 @@ packing and one group per sample.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.balance import least_loaded_assignment
 from mindspeed_mm.core.fcp.solver.packing import best_fit_decreasing, merge_smallest
-from mindspeed_mm.core.fcp.solver.round_types import assignment, sorted_grouping
+from mindspeed_mm.core.fcp.solver.round_types import RoundSolverView, assignment, sorted_grouping
 
-if TYPE_CHECKING:
-    from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
 
 
 def start_assignments(
-    solver: RoundSolver, sample_ids: Sequence[int], degrees: Sequence[int], packings: bool
+    solver: RoundSolverView, sample_ids: Sequence[int], degrees: Sequence[int], packings: bool
 ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
     """(members, owners, group count) of the start groupings:
     time-balanced LPT ones, uniform ones, then (with `packings`) the memory packing of stage 1
@@ -61,7 +59,7 @@ def start_assignments(
     if len(singletons) <= solver.num_ranks and fresh(singletons):
         yield assignment(singletons)
 
-def lpt_packing(solver: RoundSolver, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
+def lpt_packing(solver: RoundSolverView, sample_ids: Sequence[int], bin_fraction: float) -> list[tuple[int, ...]] | None:
     """Time-balanced grouping aimed at the round's work bound tau = sum(device time) / N.
 
     A sample that needs several ranks (memory) or alone takes longer than tau on one rank gets
@@ -96,7 +94,7 @@ def lpt_packing(solver: RoundSolver, sample_ids: Sequence[int], bin_fraction: fl
         return None
     return groups
 
-def uniform_packing(solver: RoundSolver, by_work: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+def uniform_packing(solver: RoundSolverView, by_work: np.ndarray, degree: int) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Groups of about `degree` ranks. A sample that needs more ranks (memory) opens a group of
     its own minimum degree; the other ranks form N' // degree groups (more, narrower ones when
     the degree cap requires it; leftover ranks widen the first ones). The other samples go, most

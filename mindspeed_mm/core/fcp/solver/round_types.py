@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -166,3 +166,28 @@ def assignment(grouping: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndar
     sizes = [len(g) for g in grouping]
     members = np.fromiter((i for g in grouping for i in g), dtype=np.int64, count=sum(sizes))
     return members, np.repeat(np.arange(len(grouping)), sizes), len(grouping)
+
+
+class RoundSolverView(Protocol):
+    """What the start and move helpers (`round_starts`, `round_search`) read of `round_layout.RoundSolver`."""
+
+    facts: SampleFacts
+    lengths: Sequence[int]
+    capacity_tokens: int
+    num_ranks: int
+    top_degree: int
+    limits: SearchLimits
+    min_degrees: np.ndarray
+
+    def marginal_ms(self, degree: int) -> list[float]: ...
+
+    def min_degree_sum(self, grouping: list[tuple[int, ...]]) -> int: ...
+
+    def by_work(self, sample_ids: Sequence[int]) -> np.ndarray: ...
+
+    def known_groups(self, grouping: Sequence[tuple[int, ...]], width: int = 1) -> list[CandidateGroup]: ...
+
+    def time_rows(self, groups: list[CandidateGroup], width: int) -> np.ndarray: ...
+
+    def time_matrix(self, groups: list[CandidateGroup], window: int,
+                    margin: int = 0) -> tuple[np.ndarray, int] | None: ...

@@ -1,0 +1,121 @@
+"""Time of a group running ring attention, vectorised over degrees.
+
+Per-document zigzag sharding (each document cut into 2d chunks, rank j holding chunks j and
+2d-1-j) balances causal work, so each of the d steps of a pass computes an (s/d) x (s/d) block of
+every document: c(d) = alpha sum(s^2)/d^2 + beta T/d + gamma n. While a block computes, the next
+KV block travels (forward: K and V; backward: K and V plus the dK, dV accumulators, twice the
+bytes), so a pass costs c + (d - 1) max(c', p2p(bytes)), c' being an off-diagonal step (c'
+= c unless the table profiles that block). A group of more than ranks_per_node ranks spans nodes
+and every step runs at the inter-node speed: the slowest hop paces a synchronous ring.
+
+Where transfers only partly overlap compute (`comm_overlap` w < 1, e.g. on a CPU host, where
+every message costs the host time of its own), a step costs max(c', p) + (1 - w) min(c', p) and
+the messages are counted as the implementation sends them: a backward step sends two (K/V on,
+the K/V gradients home), and after the last backward step the gradients make one more hop home.
+On hosts that hide transfers (w = 1) the backward step's two messages count as one of twice the
+bytes, and the last hop is left out: it is one message among d compute steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
+from mindspeed_mm.core.fcp.cost.comm_costs import CommCurve
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
+
+
+@dataclass(frozen=True)
+class RingDegreeTerms:
+    """Workload-independent arrays of a degree array (any shape)."""
+
+    inv: np.ndarray
+    """1 / d."""
+    hops: np.ndarray
+    """d - 1: steps whose transfer overlaps compute."""
+    spans: np.ndarray
+    """d > ranks_per_node."""
+    p2p_base: np.ndarray | None
+    """Scaled p2p intercept per degree (affine p2p curves only)."""
+    p2p_slope_inv: np.ndarray | None
+    """Scaled p2p slope per degree over d, to multiply by the K, V bytes of all tokens (affine only)."""
+    degrees: np.ndarray
+    """The degrees (ints)."""
+
+
+class RingTimer:
+    """Ring-attention group times of one stage."""
+
+    def __init__(self, coefficients: StageCoefficients, p2p: CommCurve) -> None:
+        self._c = coefficients
+        self._p2p = p2p
+
+    def terms(self, d_int: np.ndarray) -> RingDegreeTerms:
+        """The workload-independent arrays of a degree array."""
+        d = d_int.astype(np.float64)
+        inv = 1.0 / d
+        spans = d > self._c.ranks_per_node
+        base = slope = None
+        if self._p2p.affine is not None:
+            a_in, b_in, a_out, b_out = self._p2p.affine
+            base = np.where(spans, a_out, a_in)
+            slope = np.where(spans, b_out, b_in) * inv
+        return RingDegreeTerms(inv, d - 1.0, spans, base, slope, d_int)
+
+    def times(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
+        """Forward + backward time (ms) [K, W] of workload k at degree [k, w] of `t` (memory not
+        checked)."""
+        c = self._c
+        # One step's block compute (forward + backward): alpha sum(s^2)/d^2 + beta T/d + gamma n.
+        step = t.inv * (c.alpha * w.sum_sq_tokens)
+        step += c.beta * w.total_tokens
+        step *= t.inv
+        step += c.gamma * w.num_docs
+        kv = c.kv_bytes_per_token * w.total_tokens
+        if t.p2p_base is not None and t.p2p_slope_inv is not None:
+            p_fwd = t.p2p_slope_inv * kv
+            p_bwd = p_fwd * 2.0
+            p_fwd += t.p2p_base
+            p_bwd += t.p2p_base
+        else:
+            msg = kv * t.inv
+            p_fwd, p_bwd = self._p2p(msg, t.spans, t.degrees), self._p2p(2.0 * msg, t.spans, t.degrees)
+        last_hop = None
+        if c.comm_overlap < 1.0:
+            # Every message counts: two per backward step, and the gradients' last hop home.
+            p_bwd = 2.0 * p_fwd
+            last_hop = np.where(t.hops > 0, p_fwd, 0.0)
+        # Steps 2..d of each pass: compute and transfer overlap.
+        block = step if c.off_diagonal == (c.alpha, c.beta, c.gamma) else self._block(w, t)
+        p_fwd = self._hop(block * c.attention_forward_fraction, p_fwd)
+        p_fwd *= c.forward_passes
+        p_fwd += self._hop(block * (1.0 - c.attention_forward_fraction), p_bwd)
+        p_fwd *= t.hops
+        if last_hop is not None:
+            p_fwd += last_hop
+        # The first step of each pass, the linear work and the launch cost.
+        step *= c.attention_passes_scale
+        step += c.non_attention_ms(w.total_tokens, w.vision_patches, t.inv)
+        step += c.launch_ms
+        step += p_fwd
+        return step
+
+    def _block(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
+        """Compute (forward + backward) of one off-diagonal step: alpha' sum(s^2)/d^2 + beta' T/d + gamma' n."""
+        alpha, beta, gamma = self._c.off_diagonal
+        block = t.inv * (alpha * w.sum_sq_tokens)
+        block += beta * w.total_tokens
+        block *= t.inv
+        block += gamma * w.num_docs
+        return block
+
+    def _hop(self, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:
+        """One step after the first: transfer hidden behind compute up to the overlap share (in `transfer`)."""
+        overlap = self._c.comm_overlap
+        if overlap >= 1.0:
+            return np.maximum(compute, transfer, out=transfer)
+        hidden = np.minimum(compute, transfer)
+        np.maximum(compute, transfer, out=transfer)
+        transfer += (1.0 - overlap) * hidden
+        return transfer

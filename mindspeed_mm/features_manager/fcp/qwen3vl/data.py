@@ -1,0 +1,222 @@
+"""FCP's data loader for MindSpeed-MM: `sampler_type: FCPBatchSampler` in the data YAML.
+
+MindSpeed-MM builds its training loader with `prepare_sampler_dataloader(dataset, sampler_type=..., ...)`.
+FCP wraps that function: with `FCPBatchSampler` it plans every global batch from the dataset's token
+lengths (the preprocessed `input_ids`, vision tokens already expanded, so no image is loaded to plan),
+registers the plans with FCP's runtime, and hands each rank, round after round, its group's samples
+packed into one sequence (`seqlens` holds the samples' lengths, no padding, no attention mask).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
+
+from ..runtime import FCPRankLayout, FCPRuntime, get_fcp_runtime, rounds_of_rank
+from .shard import SEQLENS_KEY
+from .step_plans import FCPDataError, GlobalBatchOrder, RuntimePlanSource, StepPlans
+
+logger = logging.getLogger(__name__)
+
+FCP_SAMPLER = "FCPBatchSampler"
+"""The `data.dataloader_param.sampler_type` that selects FCP's batch sampler."""
+SAMPLER_KEY = "data.dataloader_param.sampler_type"
+LENGTH_COLUMN = "input_ids"
+SEQUENCE_KEYS = ("input_ids", "labels")
+"""Per-token keys of a collated sample (`[1, length]`), concatenated along the sequence."""
+VISION_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+"""Per-image / per-video keys, concatenated along their first dimension."""
+
+
+def dataset_token_lengths(dataset: Any) -> list[int]:
+    """Token length of every sample of a preprocessed Hugging Face dataset, read from its `input_ids` column."""
+    column_names = getattr(dataset, "column_names", None)
+    if column_names is None or LENGTH_COLUMN not in column_names:
+        raise FCPDataError(
+            f"{SAMPLER_KEY}: {FCP_SAMPLER} plans from the token lengths of a preprocessed dataset (column "
+            f"{LENGTH_COLUMN!r} of data.dataset_param.dataset_type: huggingface, without preprocess_on_fly or "
+            f"streaming); got {type(dataset).__name__} with columns {column_names}"
+        )
+    import pyarrow.compute as pc
+
+    column = dataset.with_format("arrow")[LENGTH_COLUMN]
+    return [int(n) for n in pc.list_value_length(column).to_pylist()]
+
+
+class FCPBatchSampler:
+    """Yields, round after round, the dataset indices of this rank's group (in packing order), from the run's
+    first step on; the steps' plans come from `StepPlans`, shared with the runtime."""
+
+    def __init__(self, plans: StepPlans, layout: FCPRankLayout) -> None:
+        self.plans = plans
+        self.layout = layout
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.plans.first_step
+        while True:
+            plan = self.plans.plan(step, "sampler")
+            for fcp_round in rounds_of_rank(plan, self.layout):
+                yield self.plans.samples(step, fcp_round.batch_positions)
+            step += 1
+
+    def __len__(self) -> int:
+        return self.plans.order.num_samples
+
+
+def _without_padding(batch: dict[str, Any]) -> dict[str, Any]:
+    """One collated sample without the collator's trailing padding (which its attention mask marks)."""
+    batch = dict(batch)
+    mask = batch.pop("attention_mask", None)
+    if mask is None:
+        return batch
+    mask = mask.reshape(-1).bool()
+    length = int(mask.sum())
+    if not bool(mask[:length].all()):
+        raise FCPDataError("FCP packs whole samples: the collator's attention mask has padding before the sample's end")
+    for key in SEQUENCE_KEYS:
+        if key in batch:
+            batch[key] = batch[key][..., :length]
+    return batch
+
+
+class PackedGroupCollator:
+    """Collates each sample with MindSpeed-MM's own collator, then packs the group's samples into one sequence."""
+
+    def __init__(self, collate_sample: Callable[[list[dict]], dict], lengths: Sequence[int]) -> None:
+        self.collate_sample = collate_sample
+        self.lengths = list(lengths)
+
+    def __call__(self, samples: list[dict]) -> dict[str, Any]:
+        collated = [_without_padding(self.collate_sample([sample])) for sample in samples]
+        seqlens = [int(batch["input_ids"].shape[-1]) for batch in collated]
+        packed: dict[str, Any] = {}
+        for key in sorted({key for batch in collated for key in batch}):
+            values = [batch[key] for batch in collated if batch.get(key) is not None]
+            if key in SEQUENCE_KEYS:
+                packed[key] = torch.cat(values, dim=1)
+            elif key in VISION_KEYS:
+                packed[key] = torch.cat(values, dim=0) if values else None
+            elif all(isinstance(value, list) for value in values):
+                packed[key] = [item for value in values for item in value]  # per-image / per-video metadata
+            else:
+                raise FCPDataError(
+                    f"FCP cannot pack the collated key {key!r} (it packs {', '.join(SEQUENCE_KEYS + VISION_KEYS)} "
+                    "and per-sample lists)")
+        packed[SEQLENS_KEY] = torch.tensor(seqlens, dtype=torch.int32)
+        return packed
+
+
+def check_collated_lengths(batch: dict[str, Any], indices: Sequence[int], lengths: Sequence[int]) -> None:
+    """Raises naming the sample when a collated sample is not as long as the length it was planned with."""
+    for index, got in zip(indices, batch[SEQLENS_KEY].tolist()):
+        if got != lengths[index]:
+            raise FCPDataError(
+                f"training sample {index}: planned with {lengths[index]} tokens but collated to {got}")
+
+
+class _CheckedCollator:
+    """The packing collator, checking every sample against its planned length (the sampler passes indices)."""
+
+    def __init__(self, packer: PackedGroupCollator, dataset: Any) -> None:
+        self.packer = packer
+        self.dataset = dataset
+
+    def __call__(self, indices: list[int]) -> dict[str, Any]:
+        batch = self.packer([self.dataset[i] for i in indices])
+        check_collated_lengths(batch, indices, self.packer.lengths)
+        return batch
+
+
+class _IndexDataset(torch.utils.data.Dataset):
+    """Hands the collator the indices themselves, so it can name the samples it packs."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def register_training_plans(runtime: FCPRuntime, plans: StepPlans) -> None:
+    """Makes `plans` the runtime's plan source; only one FCP data loader (the training one) per run."""
+    if runtime.plan_source is not None:
+        raise FCPDataError(
+            f"a second {FCP_SAMPLER} data loader (a validation set: data.dataset_param.basic_parameters.val_dataset "
+            "or val_rate) is not supported under fcp_cp_algo yet: FCP plans the training steps only")
+    runtime.set_plan_source(RuntimePlanSource(plans))
+
+
+def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRuntime | None = None) -> DataLoader:
+    """The FCP data loader of `prepare_sampler_dataloader`'s bound parameters `params`; registers the plans."""
+    from megatron.training import get_args
+
+    from mindspeed_mm.data.dataloader.data_collator import DATA_COLLATOR
+
+    args = get_args()
+    runtime = runtime or get_fcp_runtime()
+    layout = runtime.require_layout()
+    if params.get("batch_size", 1) != 1:
+        raise FCPDataError(f"{FCP_SAMPLER} packs the samples of a group itself: micro_batch_size must be 1")
+    collate_param = dict(params.get("collate_param") or {})
+    if "model_name" not in collate_param:
+        raise FCPDataError(f"{FCP_SAMPLER} needs data.dataloader_param.collate_param.model_name (the sample collator)")
+    collate_sample = DATA_COLLATOR[collate_param.pop("model_name")](**collate_param,
+                                                                     dataset_param=params.get("dataset_param"))
+    lengths = dataset_token_lengths(dataset)
+    global_batch = args.global_batch_size
+    consumed = int(params.get("consumed_samples") or 0)
+    if consumed % global_batch:
+        raise FCPDataError(f"consumed samples {consumed} is not a whole number of global batches of {global_batch}")
+    order = GlobalBatchOrder(len(lengths), global_batch, bool(params.get("shuffle", False)))
+    first_step = consumed // global_batch
+    num_steps = max(1, args.train_iters - first_step)
+    options = FCPOptions.from_namespace(args)
+    pipeline = getattr(args, "pipeline_model_parallel_size", 1)
+    planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1),
+                                    pp=pipeline)
+    # Pipeline schedules interleave the rounds' forward and backward passes: no round has a time of its own.
+    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(
+        planner, batch_lengths, num_steps, measurable=pipeline == 1, log=logger), first_step=first_step)
+    register_training_plans(runtime, plans)
+    logger.info("FCP: %s plans %d samples (%d-%d tokens) in global batches of %d from step %d",
+                FCP_SAMPLER, len(lengths), min(lengths), max(lengths), global_batch, first_step + 1)
+    num_workers = int(params.get("num_workers") or 0)
+    return DataLoader(
+        _IndexDataset(len(lengths)),
+        batch_sampler=FCPBatchSampler(plans, layout),
+        collate_fn=_CheckedCollator(PackedGroupCollator(collate_sample, lengths), dataset),
+        num_workers=num_workers,
+        pin_memory=bool(params.get("pin_memory", False)),
+        prefetch_factor=params.get("prefetch_factor") if num_workers else None,
+        persistent_workers=num_workers > 0,
+    )
+
+
+def prepare_sampler_dataloader_wrapper(prepare: Callable[..., DataLoader]) -> Callable[..., DataLoader]:
+    """MindSpeed-MM's sampler data loader builder; under fcp_cp_algo only `sampler_type: FCPBatchSampler` is accepted."""
+    signature = inspect.signature(prepare)
+
+    @functools.wraps(prepare)
+    def wrapper(*args: Any, **kwargs: Any) -> DataLoader:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+        sampler_type = params.get("sampler_type")
+        if sampler_type != FCP_SAMPLER:
+            raise FCPDataError(
+                f"context_parallel_algo fcp_cp_algo plans every step from its data: set {SAMPLER_KEY}: {FCP_SAMPLER} "
+                f"(got {sampler_type!r})"
+            )
+        return build_fcp_dataloader(params.pop("dataset"), params)
+
+    return wrapper

@@ -1,0 +1,149 @@
+"""The global batches of a MindSpeed-MM run and their FCP plans, shared by the data loader and the runtime.
+
+The FCP batch sampler and FCP's forward-backward driver both need the plan of a step, at different
+times: the driver when the step starts, the sampler when it hands out the step's samples (which, with
+data-loader workers, can be a few rounds ahead). `StepPlans` plans each step once, in step order, and
+keeps a plan until both have moved past it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.parallel.device import collective_device
+from mindspeed_mm.core.fcp.runtime.comm_errors import communication
+from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
+
+from ..runtime import get_fcp_runtime
+
+logger = logging.getLogger(__name__)
+
+
+class FCPDataError(ValueError):
+    """The data of a MindSpeed-MM run cannot be planned by FCP (the message names the sample or the YAML key)."""
+
+
+@dataclass(frozen=True)
+class GlobalBatchOrder:
+    """Which dataset samples form each step's global batch.
+
+    The same order as MindSpeed-MM's `BaseRandomBatchSampler` on one data-parallel rank: epochs of
+    `num_samples - num_samples % global_batch_size` samples, each a `torch.randperm` seeded with the epoch
+    number (or 0, 1, 2, ... without shuffling), cut into consecutive global batches.
+    """
+
+    num_samples: int
+    global_batch_size: int
+    shuffle: bool
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size < 1:
+            raise FCPDataError(f"global_batch_size must be positive, got {self.global_batch_size}")
+        if self.num_samples < self.global_batch_size:
+            raise FCPDataError(
+                f"the training dataset holds {self.num_samples} samples, fewer than one global batch "
+                f"(global_batch_size {self.global_batch_size})"
+            )
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self.num_samples - self.num_samples % self.global_batch_size
+
+    def indices(self, step: int) -> list[int]:
+        """Dataset indices of the global batch of `step` (zero-based), in batch-position order."""
+        start = step * self.global_batch_size
+        epoch, offset = divmod(start, self.samples_per_epoch)
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(epoch)
+            order = torch.randperm(self.num_samples, generator=generator)[: self.samples_per_epoch].tolist()
+        else:
+            order = list(range(self.samples_per_epoch))
+        return order[offset: offset + self.global_batch_size]
+
+
+class StepPlans:
+    """Each step's global batch and plan, planned once and in step order, for two readers."""
+
+    READERS = ("sampler", "runtime")
+
+    def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, first_step: int = 0) -> None:
+        """`source_factory(batch_lengths)` builds the `StepPlanSource` from a function step -> token lengths."""
+        self.order = order
+        self.lengths = list(lengths)
+        self.first_step = first_step
+        self.source: StepPlanSource = source_factory(self._batch_lengths)
+        self._plans: dict[int, Plan] = {}
+        self._planned = first_step
+        self._read = dict.fromkeys(self.READERS, first_step)
+        self._lock = threading.Lock()
+
+    def _batch_lengths(self, step_from_first: int) -> list[int]:
+        return [self.lengths[i] for i in self.order.indices(self.first_step + step_from_first)]
+
+    def plan(self, step: int, reader: str) -> Plan:
+        """The plan of `step` for `reader` ("sampler" or "runtime"); a reader asks for its steps in order."""
+        with self._lock:
+            if step < self._read[reader]:
+                raise RuntimeError(f"the FCP {reader} asked for step {step + 1} after step {self._read[reader] + 1}")
+            while self._planned <= step:
+                self._plans[self._planned] = self._next_plan(self._planned)
+                self._planned += 1
+            plan = self._plans[step]
+            self._read[reader] = step
+            oldest = min(self._read.values())
+            for done in [s for s in self._plans if s < oldest]:
+                del self._plans[done]
+            return plan
+
+    def _next_plan(self, step: int) -> Plan:
+        try:
+            return self.source.plan(step - self.first_step).plan
+        except InfeasibleSampleError as err:
+            index = self.order.indices(step)[err.index]
+            raise FCPDataError(
+                f"training sample {index} of the dataset ({err.length} tokens after vision-token expansion) does not fit "
+                f"any FCP group: it needs {-(-err.length // err.capacity_tokens)} ranks at {err.capacity_tokens} "
+                f"tokens per rank, but groups hold at most {err.max_degree} (raise fcp_max_degree, "
+                f"fcp_max_tokens_per_rank or shorten the sample with seq_length)"
+            ) from None
+
+    def samples(self, step: int, positions: Sequence[int]) -> list[int]:
+        """Dataset indices of the global-batch positions `positions` of `step`."""
+        batch = self.order.indices(step)
+        return [batch[p] for p in positions]
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class RuntimePlanSource:
+    """The runtime's plan source over `StepPlans`: step after step from the run's first step, forwarding measured
+    group times to the underlying source (to recalibrate)."""
+
+    def __init__(self, plans: StepPlans) -> None:
+        self.plans = plans
+        self._step = plans.first_step
+
+    def __call__(self) -> Plan:
+        plan = self.plans.plan(self._step, "runtime")
+        with communication(f"step {self._step + 1}", "the plan digests", range(dist.get_world_size()),
+                           get_fcp_runtime().settings.comm_timeout_s):
+            self.plans.source.check(plan, self._step - self.plans.first_step, device=collective_device())
+        self._step += 1
+        return plan
+
+    @property
+    def wants_measurements(self) -> bool:
+        return self.plans.source.wants_measurements
+
+    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
+        """The measured group times of the step handed out last (to recalibrate)."""
+        self.plans.source.record_measured(self._step - 1 - self.plans.first_step, measured_group_ms)
