@@ -27,7 +27,7 @@ test: $(STAMP)
 	  if [ -z "$$FCP_UPSTREAM_PYTHON" ]; then $(MAKE) --no-print-directory upstream-venv || exit 1; fi; \
 	  echo "== FCP feature tests against the real MindSpeed ($$MINDSPEED_DIR)"; \
 	  PYTHONPATH="$$MINDSPEED_DIR:tests/upstream/cpu_ascend" FCP_EXPECT_MINDSPEED=1 PYTHONDONTWRITEBYTECODE=1 \
-	    $(PY) -m pytest -q -p no:cacheprovider tests/ut/test_feature_*.py || exit 1; \
+	    $(PY) -m pytest -q -p no:cacheprovider tests/ut/feature || exit 1; \
 	fi
 	@echo "== unit, system and upstream tests"
 	$(PY) -m pytest -q -rs tests

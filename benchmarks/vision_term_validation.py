@@ -9,7 +9,7 @@ the figures are checked:
 - what `fcp profile` measures (`profiler.vision`): the line through calls of 1, 2, 4 and 8 synthetic
   frame groups of the preset's attention window, taken here in the same process.
 
-This script builds the encoder of the tiny Qwen3-VL example (`examples/qwen3vl/tiny_qwen3vl_fcp_cpu.yaml`,
+This script builds the encoder of the demo trainer's tiny Qwen3-VL (shipped configuration `tiny_qwen3vl_fcp`,
 the encoder `fcp train` runs and the `tiny` preset's shape), encodes the frame groups of single samples
 and of packed batches of several samples from the example's dataset (their frames, and windows of 48 or
 60 patches), and times forward + backward (median of `--repeats` after a warm-up).
@@ -24,14 +24,13 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.presets import MODELS
-from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config, resolve_config_path
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
 from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch, VisionEncoder
 from mindspeed_mm.core.fcp.profiler.compute import Repeats
@@ -39,7 +38,7 @@ from mindspeed_mm.core.fcp.profiler.profile_config import DEFAULT_VISION_FRAME_G
 from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, model_parallel_state, vision_config, vision_figures
 
 logger = logging.getLogger("vision_term_validation")
-CONFIG = Path(__file__).resolve().parents[1] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
+CONFIG = resolve_config_path("tiny_qwen3vl_fcp")
 # Samples of the example's dataset encoded alone, then packed together, as a round's group packs them.
 CASES = ((0,), (1,), (2,), (3,), (0, 1), (2, 3, 4), (0, 1, 2, 3, 4, 5), tuple(range(12)))
 

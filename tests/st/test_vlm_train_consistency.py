@@ -1,7 +1,7 @@
 """System test: `fcp train` of the tiny Qwen3-VL-shaped model on 4 and 6 CPU processes reproduces the
 single-process reference.
 
-The example configuration `examples/qwen3vl/tiny_qwen3vl_fcp_cpu.yaml` trains 10 steps of 8 synthetic
+The demo trainer's shipped configuration `tiny_qwen3vl_fcp` trains 10 steps of 8 synthetic
 OpenVid-like video-caption samples. FCP runs on 4 and on 6 processes are each compared with one
 single-process, unsharded reference run (`fcp train --reference`) of the same model, data and seed:
 
@@ -29,12 +29,11 @@ import pytest
 import torch
 
 from mindspeed_mm.core.fcp.cost.calibration import CalibratedCostModel, CorrectionTable
-from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
-from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
+from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config, resolve_config_path
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
 
-CONFIG = Path(__file__).resolve().parents[2] / "examples" / "qwen3vl" / "tiny_qwen3vl_fcp_cpu.yaml"
+CONFIG = resolve_config_path("tiny_qwen3vl_fcp")
 TRAIN_ITERS = 10
 LOSS_RTOL = 1e-5
 PARAM_TOL = 1e-4
@@ -121,7 +120,7 @@ def test_plans_include_the_vision_term_and_non_power_of_two_groups(runs: dict, n
     result = runs[name][0]
     config = load_run_config(CONFIG)
     sampler = PlanAwareSampler(build_video_dataset(config), config.training.global_batch_size, TRAIN_ITERS)
-    planner = BatchPlanner.from_config(config, result["world_size"])
+    planner = config.batch_planner(result["world_size"])
     for index, step in enumerate(result["steps"]):
         patches = sampler.batch_patches(index)
         assert patches is not None

@@ -16,7 +16,6 @@ import logging
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np

@@ -20,7 +20,6 @@ from mindspeed_mm_fcp.mindspeed_compat import MindSpeedPatchesManager
 from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES, active_patches
 from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
 from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError
-from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
 
 STOCK = {
     "initialize": parallel_state.initialize_model_parallel,
@@ -32,25 +31,6 @@ EXPECTED_MEGATRON_CORE_PATCHES = {
     "megatron.core.pipeline_parallel.schedules.get_forward_backward_func":
         schedule.get_forward_backward_func_wrapper,
 }
-
-
-def make_plan(rounds: list[list[tuple[tuple[int, ...], str, tuple[int, ...]]]], num_ranks: int) -> Plan:
-    """A plan from (ranks, algo, sample positions) per group per round; predicted times are dummies."""
-    return Plan(
-        rounds=tuple(
-            RoundPlan(
-                groups=tuple(
-                    GroupPlan(ranks=r, degree=len(r), algo=a, samples=s, predicted_ms=1.0) for r, a, s in groups
-                ),
-                predicted_ms=1.0,
-            )
-            for groups in rounds
-        ),
-        predicted_ms=float(len(rounds)),
-        lower_bound_ms=1.0,
-        solver_ms=0.0,
-        num_ranks=num_ranks,
-    )
 
 
 class RecordingPatchManager:

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from distributed_utils import run_distributed
+from plan_fakes import make_plan
 from mindspeed_mm.core.fcp.parallel import contiguous_rank_ranges, zigzag_positions, zigzag_unshard
-from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan
+from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.sandbox.packed_shard import shard_packed_batch
 from mindspeed_mm.features_manager.fcp.megatron.schedule import fcp_forward_backward
 from mindspeed_mm.features_manager.fcp.runtime import (
@@ -19,25 +20,6 @@ from mindspeed_mm.features_manager.fcp.runtime import (
     FCPRuntimeSettings,
     rounds_of_rank,
 )
-
-
-def make_plan(rounds: list[list[tuple[tuple[int, ...], str, tuple[int, ...]]]], num_ranks: int) -> Plan:
-    """A plan from (ranks, algo, sample positions) per group per round; predicted times are dummies."""
-    return Plan(
-        rounds=tuple(
-            RoundPlan(
-                groups=tuple(
-                    GroupPlan(ranks=r, degree=len(r), algo=a, samples=s, predicted_ms=1.0) for r, a, s in groups
-                ),
-                predicted_ms=1.0,
-            )
-            for groups in rounds
-        ),
-        predicted_ms=float(len(rounds)),
-        lower_bound_ms=1.0,
-        solver_ms=0.0,
-        num_ranks=num_ranks,
-    )
 
 
 # Round 0: FCP ranks 0-2 form a ring group, rank 3 alone; round 1: two Ulysses pairs.

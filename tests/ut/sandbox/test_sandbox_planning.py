@@ -13,7 +13,6 @@ import yaml
 
 from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config, parse_run_config
 from mindspeed_mm.core.fcp.sandbox.text_dataset import build_dataset
-from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.sandbox.trainer import check_samples_fit
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, validate_plan

@@ -11,7 +11,6 @@ import pytest
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.sandbox.run_config import VideoDataConfig, load_run_config
 from mindspeed_mm.core.fcp.sandbox.text_dataset import build_dataset
-from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.sandbox.vision.vision_balance import plan_vision_balance
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset, video_layouts

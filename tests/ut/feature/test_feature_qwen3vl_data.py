@@ -6,7 +6,7 @@ import torch
 
 from mindspeed_mm.core.fcp.runtime.look_ahead import PlannedStep
 
-from test_feature_runtime import make_plan
+from plan_fakes import make_plan
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.features_manager.fcp.qwen3vl.data import (
     FCPBatchSampler,

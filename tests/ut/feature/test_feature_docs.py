@@ -13,7 +13,7 @@ from mindspeed_mm.core.fcp.cost import list_presets
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "zh" / "features" / "parallel" / "fcp.md"
 README = ROOT / "README.md"
 EXAMPLES = ROOT / "examples" / "qwen3vl"
