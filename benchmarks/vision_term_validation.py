@@ -35,7 +35,8 @@ from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_datas
 from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch, VisionEncoder
 from mindspeed_mm.core.fcp.profiler.compute import Repeats
 from mindspeed_mm.core.fcp.profiler.profile_config import DEFAULT_VISION_FRAME_GROUPS
-from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, model_parallel_state, vision_config, vision_figures
+from mindspeed_mm.core.fcp.profiler.vision import model_parallel_state, vision_figures
+from mindspeed_mm.core.fcp.sandbox.vision.encoder_probe import EncoderProbe, vision_config
 
 logger = logging.getLogger("vision_term_validation")
 CONFIG = resolve_config_path("tiny_qwen3vl_fcp")

@@ -27,7 +27,12 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def _available(module: str) -> bool:
-    return not module.startswith(_SANDBOX) or importlib.util.find_spec(_SANDBOX) is not None
+    if not module.startswith(_SANDBOX):
+        return True
+    try:
+        return importlib.util.find_spec(_SANDBOX) is not None
+    except ImportError:
+        return False
 
 _EXIT_USAGE = 2
 

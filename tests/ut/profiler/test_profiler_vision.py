@@ -10,7 +10,8 @@ import torch
 
 from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown_distributed
-from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe, probe_frames, vision_figures, window_grid
+from mindspeed_mm.core.fcp.profiler.vision import vision_figures
+from mindspeed_mm.core.fcp.sandbox.vision.encoder_probe import EncoderProbe, probe_frames, window_grid
 
 SHAPE = MODELS["tiny"].encoder
 

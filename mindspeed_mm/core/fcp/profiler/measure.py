@@ -29,7 +29,7 @@ from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
 from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder
 from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
-from mindspeed_mm.core.fcp.profiler.vision import EncoderProbe
+from mindspeed_mm.core.fcp.profiler.vision import encoder_probe
 
 MEMORY_PROBE_LENGTHS = ((64, 32, 32), (256, 128, 128))
 """Two packed batches (document lengths) whose saved-activation difference gives bytes per token."""
@@ -149,7 +149,7 @@ class RankProfiler:
         self.sharded_decoder = sharded_decoder(shape, config.dtype, config.seed, self.device)
         self.block = reference_block(shape, config.dtype, config.busy_block_length, config.attention_docs_per_call,
                                      self.device, config.seed)
-        self.encoder = None if config.encoder is None else EncoderProbe(config.encoder, config.dtype, self.device,
+        self.encoder = None if config.encoder is None else encoder_probe(config.encoder, config.dtype, self.device,
                                                                           config.seed)
         self.phase_seconds: dict[str, float] = {}
         """Elapsed seconds per measurement phase so far."""
