@@ -16,9 +16,9 @@ When MindSpeed calls each hook, and what FCP does there:
   nothing of ``mindspeed_mm`` here: MindSpeed-MM's package may only be imported after the adaptor.
 - ``pre_validate_args`` / ``validate_args`` / ``post_validate_args``: inside Megatron's
   ``validate_args``, with the fully typed arguments. ``validate_args`` checks every FCP option, then
-  registers and applies FCP's patches, once, before Megatron initialises its process groups, and lowers
-  ``--distributed-timeout-minutes`` to ``--fcp-comm-timeout-s`` (rounded up to whole minutes) so that a
-  stalled rank also ends Megatron's world and process groups in bounded time.
+  registers and applies FCP's patches, once, before Megatron initialises its process groups. Megatron's
+  own timeouts (``--distributed-timeout-minutes``) are left as the run sets them: upstream preprocesses the
+  dataset inside a world barrier on first use; only FCP's own groups take ``--fcp-comm-timeout-s``.
   MindSpeed also runs these hooks on every ``TransformerConfig``; FCP validates the command-line
   arguments only.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 from .mindspeed_compat import MindSpeedFeature, MindSpeedPatchesManager
 from .options import FCP_CP_ALGO, add_fcp_arguments
-from .parallel_layout import bound_distributed_timeout, check_static_layout
+from .parallel_layout import check_static_layout
 
 KNOWN_CP_ALGOS = ("megatron_cp_algo", "ulysses_cp_algo", "hybrid_cp_algo")
 """Choices given to ``--context-parallel-algo`` when no other feature has registered it."""
@@ -73,7 +73,6 @@ class FCPFeature(MindSpeedFeature):
         from mindspeed_mm.features_manager.fcp.validation import validate_fcp_args
 
         validate_fcp_args(args)
-        bound_distributed_timeout(args)
         if not self._patched:
             manager = self._patch_manager or MindSpeedPatchesManager
             register_fcp_patches(manager, args)

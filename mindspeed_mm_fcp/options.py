@@ -143,15 +143,14 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
     FCPOption("fcp_log_plan", str_to_bool, False,
               "Log every step's plan (groups, degrees, predicted vs measured time).", is_flag=True),
     FCPOption("fcp_recalibrate", str_to_bool, True,
-              "Correct the cost model per degree and algo from the measured group times of earlier steps "
-              "(off with pipeline parallelism).", is_flag=True),
+              "Correct the cost model per degree and algo from the measured group times of earlier steps.",
+              is_flag=True),
     FCPOption("fcp_recalibration_smoothing", smoothing_weight, 0.3,
               "Weight of the newest measurement in the smoothed correction factors, in (0, 1]."),
     FCPOption("fcp_comm_timeout_s", positive_seconds, 300.0,
               "Seconds one exchange on an FCP group (and its creation) may take before every member stops with "
-              "an error naming the group; far below torch's 30-minute default. Also lowers "
-              "--distributed-timeout-minutes (Megatron's world and process groups) to this many seconds rounded "
-              "up to whole minutes, when that is smaller."),
+              "an error naming the group; far below torch's 30-minute default. Megatron's world and process "
+              "groups keep --distributed-timeout-minutes."),
 )
 """Every FCP option, in registration order."""
 OPTIONS_BY_DEST = {option.dest: option for option in FCP_OPTIONS}

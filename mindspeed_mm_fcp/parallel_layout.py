@@ -5,13 +5,9 @@ Imports nothing of ``mindspeed_mm``: the feature checks these in MindSpeed's fir
 from __future__ import annotations
 
 import argparse
-import logging
-import math
 import os
 
 from .options import FCP_CP_ALGO, FCPOptionError, int_argument
-
-logger = logging.getLogger(__name__)
 
 
 def check_static_layout(args: argparse.Namespace) -> None:
@@ -29,22 +25,6 @@ def check_static_layout(args: argparse.Namespace) -> None:
             "so the micro-batch size must be 1")
 
 
-def bound_distributed_timeout(args: argparse.Namespace) -> None:
-    """Lower Megatron's ``distributed_timeout_minutes`` (world and process groups) to the FCP timeout.
-
-    Megatron counts whole minutes, so ``--fcp-comm-timeout-s`` is rounded up; a smaller value the user set
-    is kept. Runs on the typed arguments, after ``validate_fcp_args``.
-    """
-    current = getattr(args, "distributed_timeout_minutes", None)
-    if isinstance(current, bool) or not isinstance(current, (int, float)):
-        return  # not Megatron's parse: no world timeout to bound
-    bound = math.ceil(args.fcp_comm_timeout_s / 60)
-    if bound < current:
-        args.distributed_timeout_minutes = bound
-        logger.info("FCP: --distributed-timeout-minutes lowered from %s to %d to match --fcp-comm-timeout-s=%s",
-                    current, bound, args.fcp_comm_timeout_s)
-
-
 def fcp_ranks(args: argparse.Namespace) -> int:
     """Size of the DP x CP plane FCP re-partitions."""
     world_size = getattr(args, "world_size", None) or int(os.environ.get("WORLD_SIZE", "1"))
@@ -53,4 +33,4 @@ def fcp_ranks(args: argparse.Namespace) -> int:
     return max(1, world_size // model_parallel)
 
 
-__all__ = ["bound_distributed_timeout", "check_static_layout", "fcp_ranks"]
+__all__ = ["check_static_layout", "fcp_ranks"]

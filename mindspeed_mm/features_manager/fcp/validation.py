@@ -9,6 +9,7 @@ from typing import Protocol
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
 from mindspeed_mm.core.fcp.cost.presets import MODELS, split_preset_name
 from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
+from mindspeed_mm.features_manager.fcp.run_checks import check_supported_run
 
 from mindspeed_mm_fcp.parallel_layout import check_static_layout, fcp_ranks
 from mindspeed_mm_fcp.options import FCP_OPTIONS, FCPOptionError, coerce_option
@@ -29,6 +30,7 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
     _check_unknown_fcp_options(args)
     _coerce_fcp_options(args)
     check_static_layout(args)
+    check_supported_run(args)
     _check_incompatible_flags(args)
     _check_attention_kernel(args)
     table = _load_cost_source(args)

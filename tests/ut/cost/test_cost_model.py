@@ -1,6 +1,8 @@
 """CostModel: times against step-by-step references, vectorised == scalar, memory, workloads, properties."""
 from __future__ import annotations
 
+import dataclasses
+
 import copy
 from typing import Any, Callable
 
@@ -182,13 +184,16 @@ def test_ulysses_needs_head_divisibility() -> None:
     assert not model.ulysses_supported(0)
 
 
-def test_ulysses_kv_head_adjustment_on_presets() -> None:
-    # InternVL3-2B: 12 query heads, 2 KV heads: d=3 divides 12 but neither divides nor is a multiple of 2.
-    cost = CostModel.from_preset("a3-internvl3-2b")
-    assert [d for d in range(1, 13) if cost.ulysses_supported(d)] == [1, 2, 4, 6, 12]
-    # InternVL3-8B at TP 2: 14 heads and 2 KV heads per TP rank.
-    cost = CostModel.from_preset("a3-internvl3-8b", tp=2)
-    assert [d for d in range(1, 15) if cost.ulysses_supported(d)] == [1, 2, 14]
+def test_ulysses_kv_head_adjustment() -> None:
+    table = CostModel.from_preset("a3-qwen3vl-8b").table
+
+    def heads(query: int, kv: int) -> CostModel:
+        return CostModel(dataclasses.replace(table, model=dataclasses.replace(table.model, heads=query, kv_heads=kv)))
+
+    # 12 query heads, 2 KV heads: d=3 divides 12 but neither divides nor is a multiple of 2.
+    assert [d for d in range(1, 13) if heads(12, 2).ulysses_supported(d)] == [1, 2, 4, 6, 12]
+    # 14 heads and 2 KV heads (28 and 4 at TP 2).
+    assert [d for d in range(1, 15) if heads(14, 2).ulysses_supported(d)] == [1, 2, 14]
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -1,5 +1,6 @@
 """FCPFeature.validate_args: one test per rule, each error naming its flag."""
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -145,11 +146,16 @@ def test_max_degree_counts_only_dp_cp_ranks():
                                          "--tensor-model-parallel-size", "2"))
 
 
-def test_ulysses_without_any_dividing_degree():
-    """InternVL3-8B's 28 heads on TP 4: 7 heads per TP rank, which no degree in 2..6 divides."""
-    internvl3_8b = ("--num-layers", "28", "--hidden-size", "3584", "--num-attention-heads", "28")
+def test_ulysses_without_any_dividing_degree(tmp_path):
+    """28 heads on TP 4: 7 heads per TP rank, which no degree in 2..6 divides (a table measured for such a model)."""
+    table = preset_table("a3-qwen3vl-8b")
+    table = dataclasses.replace(table, tp=4, model=dataclasses.replace(table.model, layers=28, hidden=3584, heads=28,
+                                                                       kv_heads=4))
+    path = tmp_path / "heads28.json"
+    table.save(path)
+    shape = ("--num-layers", "28", "--hidden-size", "3584", "--num-attention-heads", "28")
     with pytest.raises(FCPArgumentError, match="--fcp-attention-algo ulysses.*7 attention heads"):
-        validate_fcp_args(parse("--fcp-preset", "a3-internvl3-8b", *internvl3_8b, "--fcp-attention-algo", "ulysses",
+        validate_fcp_args(parse("--fcp-profile-table", str(path), *shape, "--fcp-attention-algo", "ulysses",
                                 "--tensor-model-parallel-size", "4", "--fcp-max-degree", "6", world_size=32))
 
 

@@ -26,8 +26,7 @@ def planner_from_args(args: argparse.Namespace, num_ranks: int):  # type: ignore
 
 def plan_source_from_args(args: argparse.Namespace, num_ranks: int, batch_lengths, num_steps: int):  # type: ignore[no-untyped-def]
     options = FCPOptions.from_namespace(args)
-    return options.plan_source(options.batch_planner(num_ranks=num_ranks), batch_lengths, num_steps,
-                               measurable=args.pipeline_model_parallel_size == 1)
+    return options.plan_source(options.batch_planner(num_ranks=num_ranks), batch_lengths, num_steps)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -128,12 +127,3 @@ def test_measured_group_times_recalibrate_the_plans_two_steps_later(
     assert "mean group time error: 66.7% (uncorrected model 66.7%)" in calibrations[0]
     assert "mean group time error: 66.7% (uncorrected model 66.7%)" in calibrations[2]
     assert "mean group time error: 0.0% (uncorrected model 66.7%)" in calibrations[3]
-
-
-def test_recalibration_is_off_with_pipeline_parallelism(caplog: pytest.LogCaptureFixture) -> None:
-    args = parse("--fcp-preset", "cpu-tiny", "--pipeline-model-parallel-size", "2")
-    with caplog.at_level(logging.WARNING, logger="mindspeed_mm.core.fcp.runtime.fcp_options"):
-        source = plan_source_from_args(args, 4, lambda step: [100, 20], num_steps=1)
-    source.close()
-    assert not source.wants_measurements
-    assert "recalibration is off: the rounds of this run have no measurable time of their own" in caplog.text

@@ -1,6 +1,8 @@
 """Baseline strategies: layouts on hand-made batches, feasibility rules, and valid plans on random batches."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,9 +21,12 @@ from mindspeed_mm.core.fcp.solver.baselines import (
 )
 
 
-def _tiny(model: str = "qwen3vl-8b") -> CostModel:
-    """An A3 cost model whose ranks hold 100 tokens, so hand-made batches exercise the layouts."""
-    return CostModel.from_preset(f"a3-{model}", max_tokens_per_rank=100)
+def _tiny(heads: int = 32, kv_heads: int = 8) -> CostModel:
+    """An A3 Qwen3-VL-8B cost model whose ranks hold 100 tokens, so hand-made batches exercise the layouts
+    (`heads` / `kv_heads`: the same table for another head count)."""
+    table = CostModel.from_preset("a3-qwen3vl-8b").table
+    table = dataclasses.replace(table, model=dataclasses.replace(table.model, heads=heads, kv_heads=kv_heads))
+    return CostModel(table, max_tokens_per_rank=100)
 
 
 def _layout(plan) -> list[list[tuple[tuple[int, ...], tuple[int, ...]]]]:
@@ -86,14 +91,14 @@ def test_ulysses_degree_must_divide_the_heads() -> None:
     # 250 tokens need 3 ranks; on 8 ranks the smallest degree dividing them is 4, and Qwen3-VL-8B's
     # 32 heads (8 KV heads) split 4 ways.
     assert deepspeed_ulysses([250] + [10] * 7, _tiny(), SolverConfig(num_ranks=8)).extras["cp_degree"] == 4
-    # InternVL3-8B has 28 heads and 4 KV heads: on 6 ranks neither 3 nor 6 can split them.
-    internvl = _tiny("internvl3-8b")
+    # 28 heads and 4 KV heads (InternVL3-8B's): on 6 ranks neither 3 nor 6 can split them.
+    heads28 = _tiny(heads=28, kv_heads=4)
     with pytest.raises(BaselineInfeasibleError, match="Ulysses supports"):
-        deepspeed_ulysses([250] + [10] * 5, internvl, SolverConfig(num_ranks=6))
+        deepspeed_ulysses([250] + [10] * 5, heads28, SolverConfig(num_ranks=6))
     with pytest.raises(BaselineInfeasibleError, match="Ulysses cannot split the attention heads over 3"):
-        deepspeed_ulysses([50] * 6, internvl, SolverConfig(num_ranks=6), cp_degree=3)
+        deepspeed_ulysses([50] * 6, heads28, SolverConfig(num_ranks=6), cp_degree=3)
     # Ring CP has no such limit.
-    assert megatron_static_cp([250] + [10] * 5, internvl, SolverConfig(num_ranks=6)).extras["cp_degree"] == 3
+    assert megatron_static_cp([250] + [10] * 5, heads28, SolverConfig(num_ranks=6)).extras["cp_degree"] == 3
 
 
 def test_mindspeed_switch_chooses_the_degree_per_batch() -> None:

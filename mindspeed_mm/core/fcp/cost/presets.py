@@ -34,12 +34,9 @@ from mindspeed_mm.core.fcp.cost.table import (
 SOURCES = {
     "MM8": "Ascend/MindSpeed-MM examples/mindspore/qwen3vl/model_8B.json (commit 57069cd5)",
     "MMy": "Ascend/MindSpeed-MM examples/qwen3vl/qwen3vl_full_sft_8B.yaml",
-    "MMIV": "Ascend/MindSpeed-MM examples/internvl3/model_8B.json (release 2.3.0)",
     "Q2": "official Qwen3-VL-2B config.json",
     "Q4": "official Qwen3-VL-4B config.json (unsloth/Qwen3-VL-4B-Instruct copy)",
     "Q8hf": "Qwen3-VL-8B derivative config.json (tie_word_embeddings false)",
-    "IVdoc": "InternVL3 introduction (InternVL3-2B = InternViT-300M + Qwen2.5-1.5B; 8B = + Qwen2.5-7B)",
-    "Q15": "Qwen2.5-1.5B-Instruct config.json",
     "LLS": "JiusiServe/light-llm-simulator conf/hardware_config.py",
     "verl": "volcengine/verl verl/utils/flops_counter.py (_DEVICE_FLOPS)",
     "popo": "popomen.github.io 2023-10-16 Ascend 910B notes",
@@ -195,13 +192,6 @@ def _qwen3vl_vit(depth: int, hidden: int, mlp: int, out_hidden: int) -> EncoderS
                         temporal_patch=2, out_hidden=out_hidden, mergers=4, attention_window=2880)
 
 
-def _internvit(out_hidden: int) -> EncoderShape:
-    # InternViT-300M-448px-V2_5: 448 px tiles of 14 px patches = 1024 patches, pixel unshuffle
-    # 0.5 -> 256 tokens per tile [IVdoc][MMIV]; frames are tiles [inferred].
-    return EncoderShape(depth=24, hidden=1024, heads=16, mlp=4096, patch_size=14, spatial_merge=2,
-                        temporal_patch=1, out_hidden=out_hidden, mergers=1, attention_window=1024)
-
-
 # Real models default to full recompute, as MindSpeed-MM's Qwen3-VL 8B recipe [MM8]: without it
 # the activations of Qwen3-VL-8B leave about 5K tokens per 64 GB rank.
 MODELS: dict[str, ModelPreset] = {
@@ -217,14 +207,6 @@ MODELS: dict[str, ModelPreset] = {
         DecoderShape(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288, vocab=151936,
                      tied_embeddings=False, qkv_bias=False, qk_norm=True),
         _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "MM8, MMy, Q8hf, workloads"),
-    "internvl3-2b": ModelPreset(
-        DecoderShape(layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128, ffn=8960, vocab=151674,
-                     tied_embeddings=True, qkv_bias=True, qk_norm=False),
-        _internvit(out_hidden=1536), "full", "IVdoc, Q15, MMIV"),
-    "internvl3-8b": ModelPreset(
-        DecoderShape(layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128, ffn=18944, vocab=151674,
-                     tied_embeddings=False, qkv_bias=True, qk_norm=False),
-        _internvit(out_hidden=3584), "full", "MMIV, IVdoc"),
     # Project-defined model for CPU tests and demos.
     "tiny": ModelPreset(
         DecoderShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
@@ -240,7 +222,8 @@ MODELS: dict[str, ModelPreset] = {
 _MEMORY_SOURCES = "kor, megmem, zero"
 _STEP_SOURCES = "nccl-perf, fsdp2, msmm-fsdp2, megmem, zero, inferred"
 _ACCELERATORS = ("a3", "910b", "h100", "h200")
-_REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b", "internvl3-2b", "internvl3-8b")
+_REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b")
+"""The models FCP trains (MindSpeed-MM's Qwen3-VL); the CPU runs `tiny`."""
 
 
 def list_presets() -> list[str]:

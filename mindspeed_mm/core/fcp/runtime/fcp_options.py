@@ -30,9 +30,6 @@ from mindspeed_mm.core.fcp.solver import SolverConfig
 from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP
 from mindspeed_mm_fcp.options import FCP_OPTIONS, OPTIONS_BY_DEST, coerce_option
 
-logger = logging.getLogger(__name__)
-
-
 def _option(dest: str) -> Any:
     """A field for the option `dest`: default from the options table; `key` (the YAML key) in its metadata."""
     return field(default=OPTIONS_BY_DEST[dest].default, metadata={"key": dest, "fcp_option": True})
@@ -126,15 +123,11 @@ class FCPOptions:
 
     def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], num_steps: int, *,
                     batch_patches: Callable[[int], Sequence[int] | None] | None = None,
-                    measurable: bool = True, log: logging.Logger | None = None) -> StepPlanSource:
-        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say.
-
-        `measurable=False` (pipeline parallelism: no round has a time of its own) turns recalibration off."""
+                    log: logging.Logger | None = None) -> StepPlanSource:
+        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say."""
         recalibrator = None
-        if self.recalibrate and measurable:
+        if self.recalibrate:
             recalibrator = StepRecalibrator(planner.cost, CalibrationSettings(smoothing=self.recalibration_smoothing))
-        elif self.recalibrate:
-            logger.warning("FCP: recalibration is off: the rounds of this run have no measurable time of their own")
         return StepPlanSource(planner, batch_lengths, num_steps, async_planning=self.async_planning,
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
                               logger=log)

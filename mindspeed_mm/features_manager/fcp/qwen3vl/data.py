@@ -181,12 +181,9 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     first_step = consumed // global_batch
     num_steps = max(1, args.train_iters - first_step)
     options = FCPOptions.from_namespace(args)
-    pipeline = getattr(args, "pipeline_model_parallel_size", 1)
-    planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1),
-                                    pp=pipeline)
-    # Pipeline schedules interleave the rounds' forward and backward passes: no round has a time of its own.
-    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(
-        planner, batch_lengths, num_steps, measurable=pipeline == 1, log=logger), first_step=first_step)
+    planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1))
+    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(planner, batch_lengths, num_steps,
+                                                                                log=logger), first_step=first_step)
     register_training_plans(runtime, plans)
     logger.info("FCP: %s plans %d samples (%d-%d tokens) in global batches of %d from step %d",
                 FCP_SAMPLER, len(lengths), min(lengths), max(lengths), global_batch, first_step + 1)

@@ -20,11 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..run_checks import SUPPORTED_LOSS
 from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, round_shard
 
-SUPPORTED_LOSS = {"loss_type": ("default",), "compute_mode": ("default", "chunk")}
-"""`model.loss_cfg` values FCP reproduces exactly."""
 
 
 def shifted_sample_labels(labels: torch.Tensor, cu_seqlens: tuple[int, ...], ignore_index: int) -> torch.Tensor:
