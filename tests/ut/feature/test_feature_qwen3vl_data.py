@@ -9,13 +9,13 @@ from mindspeed_mm.core.fcp.runtime.look_ahead import PlannedStep
 from plan_fakes import make_plan
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.features_manager.fcp.qwen3vl.data import (
-    FCPBatchSampler,
     PackedGroupCollator,
     check_collated_lengths,
     dataset_token_lengths,
     prepare_sampler_dataloader_wrapper,
     register_training_plans,
 )
+from mindspeed_mm.features_manager.fcp.qwen3vl.round_loader import FCPRoundLoader
 from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
 from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout, FCPRuntime
 
@@ -54,8 +54,16 @@ class _Source:
         self.num_ranks = num_ranks
         self.calls = 0
         self.wants_measurements = False
+        self.horizon = 10**9
+        """Steps up to this one can be planned (as a recalibrating source allows once times are recorded)."""
+        self.asked: list[int] = []
+
+    def can_plan(self, step: int) -> bool:
+        return step <= self.horizon
 
     def plan(self, step: int) -> PlannedStep:
+        assert step <= self.horizon, f"step {step} was asked before its plan could be made"
+        self.asked.append(step)
         lengths = self.batch_lengths(step)
         self.calls += 1
         everyone = tuple(range(self.num_ranks))
@@ -70,9 +78,9 @@ def test_sampler_and_runtime_read_the_same_plans_each_planned_once() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     sources = []
     plans = StepPlans(order, list(range(10, 18)), lambda lengths: sources.append(_Source(lengths)) or sources[-1])
-    sampler = FCPBatchSampler(plans, FCPRankLayout(planes=((0, 1),), rank=1))
-    batches = iter(sampler)
-    assert [next(batches) for _ in range(6)] == [[0], [1], [2], [3], [4], [5]]  # the sampler runs ahead
+    loader = FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=1), collate=list)
+    batches = loader.rounds()
+    assert [next(batches)[1] for _ in range(6)] == [[0], [1], [2], [3], [4], [5]]  # the sampler runs ahead
     first = plans.plan(0, "runtime")
     assert first is plans.plan(0, "runtime")
     assert plans.plan(1, "runtime").num_rounds == 4
@@ -86,7 +94,7 @@ def test_the_plans_of_a_resumed_run_start_at_its_first_step() -> None:
     lengths_seen = []
 
     def factory(batch_lengths):
-        lengths_seen.append(batch_lengths(0))
+        lengths_seen.append(batch_lengths(1))
         return _Source(batch_lengths)
 
     plans = StepPlans(order, list(range(100, 108)), factory, first_step=1)
@@ -160,3 +168,54 @@ def test_only_the_training_loader_supplies_plans() -> None:
     register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))
     with pytest.raises(FCPDataError, match="a second FCPBatchSampler data loader .*val_dataset or val_rate"):
         register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))
+
+
+def _collate_round(indices: list[int]) -> dict:
+    """A stand-in round batch: the indices as a tensor, and the worker's process id."""
+    import os
+
+    return {"indices": torch.tensor(indices), "pid": os.getpid()}
+
+
+def _failing_collate(indices: list[int]) -> dict:
+    if indices == [13]:
+        raise KeyError("sample 13 has no input_ids")
+    return _collate_round(indices)
+
+
+@pytest.mark.parametrize("num_workers, prefetch_factor", [(2, 2), (3, 4)])
+def test_workers_collate_ahead_only_steps_whose_plans_can_be_made_and_give_the_same_batches(
+        num_workers: int, prefetch_factor: int) -> None:
+    order = GlobalBatchOrder(num_samples=24, global_batch_size=4, shuffle=True)
+    layout = FCPRankLayout(planes=((0, 1),), rank=0)
+
+    def batches(workers: int, factor: int | None) -> tuple[list[list[int]], set[int], _Source]:
+        sources: list[_Source] = []
+        plans = StepPlans(order, list(range(24)), lambda lengths: sources.append(_Source(lengths)) or sources[-1])
+        sources[0].horizon = 1  # only steps 0 and 1 can be planned until "step 0's times are recorded"
+        loader = iter(FCPRoundLoader(plans, layout, _collate_round, num_workers=workers, prefetch_factor=factor))
+        got, pids = [], set()
+        for step in range(5):
+            for _ in range(4):  # four rounds per step, one sample each
+                batch = next(loader)
+                got.append(batch["indices"].tolist())
+                pids.add(batch["pid"])
+            sources[0].horizon = step + 2  # the runtime recorded this step: two steps later can be planned
+        loader.close()
+        return got, pids, sources[0]
+
+    serial, serial_pids, _ = batches(0, None)
+    parallel, parallel_pids, source = batches(num_workers, prefetch_factor)
+    assert parallel == serial
+    assert len(parallel_pids) > 1 and not parallel_pids & serial_pids
+    assert source.asked == sorted(set(source.asked))  # each step planned once, in order
+
+
+def test_a_worker_error_names_the_round() -> None:
+    order = GlobalBatchOrder(num_samples=16, global_batch_size=16, shuffle=False)
+    plans = StepPlans(order, list(range(16)), _Source)
+    loader = iter(FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=0), _failing_collate, num_workers=2))
+    with pytest.raises(FCPDataError, match="collating round 14 of this rank failed in a worker: KeyError"):
+        for _ in range(16):
+            next(loader)
+    loader.close()

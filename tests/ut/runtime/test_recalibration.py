@@ -171,3 +171,27 @@ def test_idle_ranks_teach_nothing(cost: CostModel) -> None:
     assert len(records) == 7
     factors = recalibrator.corrections_for_step(PLAN_LAG)
     assert (factors.factor(1, "ring"), factors.factor(2, "ring")) == pytest.approx((3.0, 3.0))
+
+
+def test_a_resumed_recalibrator_plans_the_next_steps_as_the_uninterrupted_one(cost: CostModel) -> None:
+    import json
+
+    running = StepRecalibrator(cost)
+    for step in range(5):
+        plan = plan_batch(LENGTHS, running.cost_for_step(step), SolverConfig(num_ranks=4, ranks_per_node=4))
+        running.record_step(step, plan, LENGTHS, None, _scaled_times(plan, cost, LENGTHS, {1: 1.5 + step / 10,
+                                                                                         2: 3.0, 3: 3.0, 4: 3.0}))
+    saved = json.loads(json.dumps(running.to_json()))  # through a file, as a checkpoint keeps it
+    resumed = StepRecalibrator(cost)
+    assert not resumed.can_plan(5) and running.can_plan(5) and running.can_plan(6) and not running.can_plan(7)
+    resumed.restore(saved)
+    for step in (5, 6):
+        assert resumed.corrections_for_step(step) == running.corrections_for_step(step)
+        mine = plan_batch(LENGTHS, resumed.cost_for_step(step), SolverConfig(num_ranks=4, ranks_per_node=4))
+        theirs = plan_batch(LENGTHS, running.cost_for_step(step), SolverConfig(num_ranks=4, ranks_per_node=4))
+        assert mine.digest() == theirs.digest()
+    assert resumed.calibrator.to_json() == running.calibrator.to_json()
+    with pytest.raises(ValueError, match="fcp_recalibration_smoothing"):
+        StepRecalibrator(cost, CalibrationSettings(smoothing=0.9)).restore(saved)
+    with pytest.raises(ValueError, match="FCP calibration state: missing or malformed field"):
+        StepRecalibrator(cost).restore({"calibrator": saved["calibrator"]})

@@ -123,14 +123,19 @@ class FCPOptions:
 
     def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], num_steps: int, *,
                     batch_patches: Callable[[int], Sequence[int] | None] | None = None,
-                    log: logging.Logger | None = None) -> StepPlanSource:
-        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say."""
+                    log: logging.Logger | None = None, first_step: int = 0,
+                    calibration: Mapping[str, Any] | None = None) -> StepPlanSource:
+        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say.
+
+        `calibration`: the recalibrator's state saved by the run this one resumes (`StepRecalibrator.to_json`)."""
         recalibrator = None
         if self.recalibrate:
             recalibrator = StepRecalibrator(planner.cost, CalibrationSettings(smoothing=self.recalibration_smoothing))
+            if calibration is not None:
+                recalibrator.restore(calibration)
         return StepPlanSource(planner, batch_lengths, num_steps, async_planning=self.async_planning,
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
-                              logger=log)
+                              logger=log, first_step=first_step)
 
     def runtime_settings(self, *, max_degree: int | None = None) -> FCPRuntimeSettings:
         """What the step runtime needs; `max_degree` overrides the option (a static layout's degree)."""

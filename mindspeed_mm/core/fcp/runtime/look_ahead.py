@@ -22,43 +22,54 @@ class PlannedStep:
 
 
 class AsyncPlanner:
-    """Hands out plans step by step; with `look_ahead`, the next step is planned in the background.
+    """Hands out the plans of steps `first_step`, `first_step + 1`, ... in order; with `look_ahead`, the next step
+    is planned in the background once `ready(step)` says its inputs are known.
 
     `plan_step(step)` must be deterministic: all ranks call it for the same steps. An error raised
     while planning a step reaches the training thread when that step's plan is requested.
     """
 
     def __init__(self, plan_step: Callable[[int], Plan], num_steps: int, *, look_ahead: bool,
+                 first_step: int = 0, ready: Callable[[int], bool] = lambda step: True,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         if num_steps <= 0:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
         self._plan_step = plan_step
-        self._num_steps = num_steps
+        self._first_step = first_step
+        self._end_step = first_step + num_steps
+        self._ready = ready
         self._look_ahead = look_ahead
         self._clock = clock  # seconds; the training thread's wait for a plan is read on it
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fcp-planner") if look_ahead else None
         self._pending: dict[int, Future[Plan]] = {}
+        self._next = first_step
         if self._executor is not None:
-            self._submit(0)
+            self._submit(first_step)
 
     def _submit(self, step: int) -> None:
         assert self._executor is not None
-        if step < self._num_steps and step not in self._pending:
+        if step < self._end_step and step not in self._pending and self._ready(step):
             self._pending[step] = self._executor.submit(self._plan_step, step)
 
     def get(self, step: int) -> PlannedStep:
-        """The plan of `step`; in look-ahead mode this also starts planning `step + 1`."""
-        if not 0 <= step < self._num_steps:
-            raise ValueError(f"step {step} is outside 0..{self._num_steps - 1}")
+        """The plan of `step`; in look-ahead mode this also starts planning `step + 1` (when it can be)."""
+        if not self._first_step <= step < self._end_step:
+            raise ValueError(f"step {step} is outside {self._first_step}..{self._end_step - 1}")
         started = self._clock()
-        if self._executor is None:
-            plan = self._plan_step(step)
-        else:
+        self._next = step + 1
+        future = None
+        if self._executor is not None:
             self._submit(step)
-            future = self._pending.pop(step)
+            future = self._pending.pop(step, None)
             self._submit(step + 1)
-            plan = future.result()
+        # Not submitted: its inputs were not known; planning it here raises the reason if they still are not.
+        plan = self._plan_step(step) if future is None else future.result()
         return PlannedStep(step=step, plan=plan, wait_ms=(self._clock() - started) * 1e3)
+
+    def refresh(self) -> None:
+        """Starts planning the next step in the background if its inputs have become known since."""
+        if self._executor is not None:
+            self._submit(self._next)
 
     def close(self) -> None:
         """Stops the background thread (pending plans are cancelled)."""

@@ -26,8 +26,8 @@ _logger = logging.getLogger(__name__)
 
 
 class StepPlanSource:
-    """The plans of steps 0, 1, ... (in order) from the global batches' token lengths; one step ahead with
-    `async_planning`. With a recalibrator, `record_measured(step, ...)` takes a step's measured group times
+    """The plans of steps `first_step`, `first_step + 1`, ... (in order) from the global batches' token lengths;
+    one step ahead with `async_planning` (once the step's inputs are known: `can_plan`). With a recalibrator, `record_measured(step, ...)` takes a step's measured group times
     and later plans use the corrected cost model. With `log_plan`, every plan handed out and every step's
     calibration is logged on `logger`.
     """
@@ -43,7 +43,9 @@ class StepPlanSource:
         recalibrator: StepRecalibrator | None = None,
         batch_patches: Callable[[int], Sequence[int] | None] | None = None,
         logger: logging.Logger | None = None,
+        first_step: int = 0,
     ) -> None:
+        """Steps are numbered `first_step` .. `first_step + num_steps - 1` (a resumed run starts past 0)."""
         self.planner = planner
         self.batch_lengths = batch_lengths
         self.batch_patches = batch_patches
@@ -51,7 +53,11 @@ class StepPlanSource:
         self.log_plan = log_plan
         self.recalibrator = recalibrator
         self.logger = logger or _logger
-        self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning)
+        self.first_step = first_step
+        self.last_step = first_step + num_steps - 1
+        """The run's last step."""
+        self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning, first_step=first_step,
+                                     ready=self.can_plan)
         self._handed: dict[int, Plan] = {}
         """Plans handed out and not yet measured (recalibration reads each step's plan back)."""
 
@@ -64,6 +70,13 @@ class StepPlanSource:
         if self.recalibrator is not None:
             planner = dataclasses.replace(planner, cost=self.recalibrator.cost_for_step(step))
         return planner.plan(self.batch_lengths(step), self.patches(step))
+
+    def can_plan(self, step: int) -> bool:
+        """Whether `step` is one of the run's and can be planned now (with recalibration: the times it is planned
+        with are known)."""
+        if not self.first_step <= step <= self.last_step:
+            return False
+        return self.recalibrator is None or self.recalibrator.can_plan(step)
 
     @property
     def wants_measurements(self) -> bool:
@@ -116,6 +129,7 @@ class StepPlanSource:
         )
         if self.log_plan:
             self.logger.info(calibration_line(step + 1, observations, self.recalibrator.calibrator.snapshot()))
+        self._planner.refresh()
         return observations
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ the same observations in the same order, so they plan with the same factors and 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,35 @@ class StepRecalibrator:
         self._after_step: dict[int, tuple[CorrectionTable, CostModel]] = {}
         # The planning thread reads the tables while the training thread records new ones.
         self._lock = threading.Lock()
+
+    def can_plan(self, step: int) -> bool:
+        """Whether the times step `step` is planned with are known (recorded, or none needed)."""
+        source = step - PLAN_LAG
+        with self._lock:
+            return source < 0 or source in self._after_step
+
+    def to_json(self) -> dict[str, Any]:
+        """What a resumed run needs to plan exactly as this one would: the calibrator's state and the tables of
+        the newest recorded steps (the plans of the next `PLAN_LAG` steps read them)."""
+        with self._lock:
+            tables = {str(step): table.to_json() for step, (table, _) in sorted(self._after_step.items())}
+        return {"calibrator": self.calibrator.to_json(), "after_step": tables}
+
+    def restore(self, doc: Mapping[str, Any]) -> None:
+        """Continues from `to_json`'s document (a resumed run); a wrong document raises ValueError naming it."""
+        try:
+            calibrator = OnlineCalibrator.from_json(doc["calibrator"])
+            tables = {int(step): CorrectionTable.from_json(table) for step, table in doc["after_step"].items()}
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"FCP calibration state: missing or malformed field ({error})") from None
+        if calibrator.settings != self.calibrator.settings:
+            raise ValueError(f"FCP calibration state was learned with {calibrator.settings}, this run uses "
+                             f"{self.calibrator.settings} (fcp_recalibration_smoothing)")
+        with self._lock:
+            self.calibrator = calibrator
+            self._after_step = {step: (table, self.base if table.is_identity
+                                       else CalibratedCostModel.calibrated(self.base, table))
+                                for step, table in tables.items()}
 
     def corrections_for_step(self, step: int) -> CorrectionTable:
         """The factors step `step` (zero-based) is planned with; raises if its source step was not recorded."""

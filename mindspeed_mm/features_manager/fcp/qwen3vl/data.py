@@ -4,22 +4,23 @@ MindSpeed-MM builds its training loader with `prepare_sampler_dataloader(dataset
 FCP wraps that function: with `FCPBatchSampler` it plans every global batch from the dataset's token
 lengths (the preprocessed `input_ids`, vision tokens already expanded, so no image is loaded to plan),
 registers the plans with FCP's runtime, and hands each rank, round after round, its group's samples
-packed into one sequence (`seqlens` holds the samples' lengths, no padding, no attention mask).
+packed into one sequence (`seqlens` holds the samples' lengths, no padding, no attention mask), collated
+ahead by `num_workers` worker processes (`round_loader`).
 """
 from __future__ import annotations
 
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
 
 from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 
-from ..runtime import FCPRankLayout, FCPRuntime, get_fcp_runtime, rounds_of_rank
+from ..runtime import FCPRuntime, get_fcp_runtime
+from .round_loader import FCPRoundLoader
 from .shard import SEQLENS_KEY
 from .step_plans import FCPDataError, GlobalBatchOrder, RuntimePlanSource, StepPlans
 
@@ -48,26 +49,6 @@ def dataset_token_lengths(dataset: Any) -> list[int]:
 
     column = dataset.with_format("arrow")[LENGTH_COLUMN]
     return [int(n) for n in pc.list_value_length(column).to_pylist()]
-
-
-class FCPBatchSampler:
-    """Yields, round after round, the dataset indices of this rank's group (in packing order), from the run's
-    first step on; the steps' plans come from `StepPlans`, shared with the runtime."""
-
-    def __init__(self, plans: StepPlans, layout: FCPRankLayout) -> None:
-        self.plans = plans
-        self.layout = layout
-
-    def __iter__(self) -> Iterator[list[int]]:
-        step = self.plans.first_step
-        while True:
-            plan = self.plans.plan(step, "sampler")
-            for fcp_round in rounds_of_rank(plan, self.layout):
-                yield self.plans.samples(step, fcp_round.batch_positions)
-            step += 1
-
-    def __len__(self) -> int:
-        return self.plans.order.num_samples
 
 
 def _without_padding(batch: dict[str, Any]) -> dict[str, Any]:
@@ -134,19 +115,6 @@ class _CheckedCollator:
         return batch
 
 
-class _IndexDataset(torch.utils.data.Dataset):
-    """Hands the collator the indices themselves, so it can name the samples it packs."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-    def __len__(self) -> int:
-        return self.size
-
-
 def register_training_plans(runtime: FCPRuntime, plans: StepPlans) -> None:
     """Makes `plans` the runtime's plan source; only one FCP data loader (the training one) per run."""
     if runtime.plan_source is not None:
@@ -156,7 +124,7 @@ def register_training_plans(runtime: FCPRuntime, plans: StepPlans) -> None:
     runtime.set_plan_source(RuntimePlanSource(plans))
 
 
-def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRuntime | None = None) -> DataLoader:
+def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRuntime | None = None) -> FCPRoundLoader:
     """The FCP data loader of `prepare_sampler_dataloader`'s bound parameters `params`; registers the plans."""
     from megatron.training import get_args
 
@@ -182,29 +150,29 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     num_steps = max(1, args.train_iters - first_step)
     options = FCPOptions.from_namespace(args)
     planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1))
-    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(planner, batch_lengths, num_steps,
-                                                                                log=logger), first_step=first_step)
+    resumed = runtime.resumed_state
+    if resumed is not None and resumed["steps_done"] != first_step:
+        raise FCPDataError(
+            f"the checkpoint's FCP state is of step {resumed['steps_done']}, but the data resume at step "
+            f"{first_step} ({consumed} consumed samples in global batches of {global_batch})")
+    calibration = None if resumed is None else resumed["calibration"]
+    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(
+        planner, batch_lengths, num_steps, log=logger, first_step=first_step, calibration=calibration),
+        first_step=first_step)
     register_training_plans(runtime, plans)
     logger.info("FCP: %s plans %d samples (%d-%d tokens) in global batches of %d from step %d",
                 FCP_SAMPLER, len(lengths), min(lengths), max(lengths), global_batch, first_step + 1)
-    num_workers = int(params.get("num_workers") or 0)
-    return DataLoader(
-        _IndexDataset(len(lengths)),
-        batch_sampler=FCPBatchSampler(plans, layout),
-        collate_fn=_CheckedCollator(PackedGroupCollator(collate_sample, lengths), dataset),
-        num_workers=num_workers,
-        pin_memory=bool(params.get("pin_memory", False)),
-        prefetch_factor=params.get("prefetch_factor") if num_workers else None,
-        persistent_workers=num_workers > 0,
-    )
+    return FCPRoundLoader(plans, layout, _CheckedCollator(PackedGroupCollator(collate_sample, lengths), dataset),
+                          num_workers=int(params.get("num_workers") or 0), prefetch_factor=params.get("prefetch_factor"),
+                          pin_memory=bool(params.get("pin_memory", False)))
 
 
-def prepare_sampler_dataloader_wrapper(prepare: Callable[..., DataLoader]) -> Callable[..., DataLoader]:
+def prepare_sampler_dataloader_wrapper(prepare: Callable[..., Any]) -> Callable[..., Any]:
     """MindSpeed-MM's sampler data loader builder; under fcp_cp_algo only `sampler_type: FCPBatchSampler` is accepted."""
     signature = inspect.signature(prepare)
 
     @functools.wraps(prepare)
-    def wrapper(*args: Any, **kwargs: Any) -> DataLoader:
+    def wrapper(*args: Any, **kwargs: Any) -> FCPRoundLoader:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         params = dict(bound.arguments)

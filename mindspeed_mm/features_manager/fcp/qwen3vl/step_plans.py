@@ -75,7 +75,8 @@ class StepPlans:
     READERS = ("sampler", "runtime")
 
     def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, first_step: int = 0) -> None:
-        """`source_factory(batch_lengths)` builds the `StepPlanSource` from a function step -> token lengths."""
+        """`source_factory(batch_lengths)` builds the `StepPlanSource` (steps numbered from `first_step`) from a
+        function step -> token lengths."""
         self.order = order
         self.lengths = list(lengths)
         self.first_step = first_step
@@ -85,8 +86,8 @@ class StepPlans:
         self._read = dict.fromkeys(self.READERS, first_step)
         self._lock = threading.Lock()
 
-    def _batch_lengths(self, step_from_first: int) -> list[int]:
-        return [self.lengths[i] for i in self.order.indices(self.first_step + step_from_first)]
+    def _batch_lengths(self, step: int) -> list[int]:
+        return [self.lengths[i] for i in self.order.indices(step)]
 
     def plan(self, step: int, reader: str) -> Plan:
         """The plan of `step` for `reader` ("sampler" or "runtime"); a reader asks for its steps in order."""
@@ -103,9 +104,16 @@ class StepPlans:
                 del self._plans[done]
             return plan
 
+    def can_plan(self, step: int) -> bool:
+        """Whether the plan of `step` is made, or can be made now."""
+        with self._lock:
+            if step < self._planned:
+                return step >= self.first_step
+        return self.source.can_plan(step)
+
     def _next_plan(self, step: int) -> Plan:
         try:
-            return self.source.plan(step - self.first_step).plan
+            return self.source.plan(step).plan
         except InfeasibleSampleError as err:
             index = self.order.indices(step)[err.index]
             raise FCPDataError(
@@ -136,7 +144,7 @@ class RuntimePlanSource:
         plan = self.plans.plan(self._step, "runtime")
         with communication(f"step {self._step + 1}", "the plan digests", range(dist.get_world_size()),
                            get_fcp_runtime().settings.comm_timeout_s):
-            self.plans.source.check(plan, self._step - self.plans.first_step, device=collective_device())
+            self.plans.source.check(plan, self._step, device=collective_device())
         self._step += 1
         return plan
 
@@ -146,4 +154,4 @@ class RuntimePlanSource:
 
     def record_measured(self, measured_group_ms: list[list[float]]) -> None:
         """The measured group times of the step handed out last (to recalibrate)."""
-        self.plans.source.record_measured(self._step - 1 - self.plans.first_step, measured_group_ms)
+        self.plans.source.record_measured(self._step - 1, measured_group_ms)
