@@ -59,12 +59,6 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
         requires="megatron.training.checkpointing",
     ),
     FCPPatch(
-        "megatron.training.checkpointing.load_checkpoint",
-        f"{_MEGATRON}.checkpoint:load_checkpoint_wrapper",
-        "a resumed run reads the FCP state of the iteration it loads",
-        requires="megatron.training.checkpointing",
-    ),
-    FCPPatch(
         "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
         f"{_QWEN3VL}.data:prepare_sampler_dataloader_wrapper",
         "MindSpeed-MM's data loader: `sampler_type: FCPBatchSampler` plans every global batch from the dataset's "

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -178,8 +178,6 @@ class FCPRuntime:
         self._plan: Plan | None = None
         self._round_starts: list[float] | None = None
         self._steps_done = 0
-        self.resumed_state: Mapping[str, Any] | None = None
-        """FCP's state saved with the checkpoint this run resumed from (None: a fresh run)."""
 
     # ------------------------------------------------------------------ start-up
     def set_layout(self, layout: FCPRankLayout) -> None:

@@ -3,9 +3,9 @@
 The plan of step s is made with the correction factors learned up to step s - 2 (`runtime.recalibration`).
 A run resumed after step k would otherwise plan steps k+1 and k+2 with the uncalibrated cost model, and so
 lay them out, and time them, differently from the run that saved. Next to every checkpoint Megatron writes,
-rank 0 writes `fcp_state.json` into the iteration's folder (all ranks hold the same state); when Megatron
-loads a checkpoint, the file of the loaded iteration is read and the FCP data loader, built afterwards,
-continues from it.
+rank 0 writes `fcp_state.json` into the iteration's folder (all ranks hold the same state); the FCP data
+loader of a resumed run, built after Megatron loaded the checkpoint, reads the file of the loaded iteration
+(`args.iteration`) and continues from it.
 """
 from __future__ import annotations
 
@@ -60,28 +60,21 @@ def save_checkpoint_wrapper(save: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def load_checkpoint_wrapper(load: Callable[..., Any]) -> Callable[..., Any]:
-    """Megatron's `load_checkpoint`, then the FCP state of the loaded iteration, kept for the data loader."""
+def resumed_state(checkpoints: str | None, iteration: int) -> Mapping[str, Any] | None:
+    """The FCP state saved with the checkpoint of `iteration` that this run loaded (None for a fresh run).
 
-    @functools.wraps(load)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        result = load(*args, **kwargs)
-        from megatron.training import get_args
-
-        iteration = int(result[0]) if isinstance(result, tuple) else int(result)
-        checkpoints = getattr(get_args(), kwargs.get("load_arg", "load"), None)
-        if iteration > 0 and checkpoints:
-            path = state_path(checkpoints, iteration)
-            if os.path.isfile(path):
-                with open(path, encoding="utf-8") as handle:
-                    get_fcp_runtime().resumed_state = read_state(json.load(handle), path)
-                logger.info("FCP: resuming from the state of step %d (%s)", iteration, path)
-            else:
-                logger.warning("FCP: checkpoint of step %d has no %s; the next two steps are planned with the "
-                               "uncalibrated cost model", iteration, STATE_FILE)
-        return result
-
-    return run
+    A checkpoint without one (saved by a run without FCP) is resumed with the uncalibrated cost model."""
+    if not checkpoints or iteration <= 0:
+        return None
+    path = state_path(checkpoints, iteration)
+    if not os.path.isfile(path):
+        logger.warning("FCP: the checkpoint of step %d has no %s; the next two steps are planned with the "
+                       "uncalibrated cost model", iteration, STATE_FILE)
+        return None
+    with open(path, encoding="utf-8") as handle:
+        state = read_state(json.load(handle), path)
+    logger.info("FCP: resuming from the state of step %d (%s)", iteration, path)
+    return state
 
 
 def read_state(doc: Any, where: str) -> Mapping[str, Any]:
@@ -95,5 +88,4 @@ def read_state(doc: Any, where: str) -> Mapping[str, Any]:
     return doc
 
 
-__all__ = ["STATE_FILE", "fcp_state", "load_checkpoint_wrapper", "read_state", "save_checkpoint_wrapper",
-           "state_path"]
+__all__ = ["STATE_FILE", "fcp_state", "read_state", "resumed_state", "save_checkpoint_wrapper", "state_path"]

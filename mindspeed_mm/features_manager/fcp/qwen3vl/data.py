@@ -19,6 +19,7 @@ import torch
 
 from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 
+from ..megatron.checkpoint import resumed_state
 from ..runtime import FCPRuntime, get_fcp_runtime
 from .round_loader import FCPRoundLoader
 from .shard import SEQLENS_KEY
@@ -150,7 +151,7 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     num_steps = max(1, args.train_iters - first_step)
     options = FCPOptions.from_namespace(args)
     planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1))
-    resumed = runtime.resumed_state
+    resumed = resumed_state(getattr(args, "load", None), int(getattr(args, "iteration", 0) or 0))
     if resumed is not None and resumed["steps_done"] != first_step:
         raise FCPDataError(
             f"the checkpoint's FCP state is of step {resumed['steps_done']}, but the data resume at step "

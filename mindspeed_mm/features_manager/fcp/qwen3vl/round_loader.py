@@ -72,6 +72,11 @@ class _Workers:
                 process.terminate()
 
 
+def _accelerator_available() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
 class FCPRoundLoader:
     """This rank's round batches from the run's first step on; an endless iterable, as the training loop reads it."""
 
@@ -84,7 +89,8 @@ class FCPRoundLoader:
         self.collate = collate
         self.num_workers = num_workers
         self.prefetch = num_workers * (2 if prefetch_factor is None else int(prefetch_factor))
-        self.pin_memory = pin_memory and torch.cuda.is_available()
+        # As torch's DataLoader decides: pinning needs an accelerator.
+        self.pin_memory = pin_memory and _accelerator_available()
 
     def rounds(self) -> Iterator[tuple[int, list[int]]]:
         """(step, dataset indices of this rank's group) of every round, in order (what a batch sampler yields)."""
