@@ -6,7 +6,8 @@ sampler, loss config, patches, attention implementation) is upstream's. Rules le
   become `--flag False`; a switched-off flag is therefore removed from `gpt_args`, never set to false.
 - weights come from the saved HF folder (`init_from_hf_path`, upstream's `from_pretrained` branch):
   `init_model_with_meta_device` and the MindSpeed-MM checkpoint `load` are dropped, so no conversion is needed.
-- the run saves nothing (`save` dropped); fp32 throughout (`fsdp2_config.param_dtype: fp32`).
+- the run saves nothing (`save` dropped); fp32 throughout (`fsdp2_config.param_dtype: fp32`) unless a test asks
+  for upstream's bf16 parameters.
 """
 from __future__ import annotations
 
@@ -33,8 +34,12 @@ def _drop(section: dict, *keys: str) -> None:
 
 def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path, *, cp: int = 1,
                 cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
-                global_batch_size: int = 4, seq_length: int = 1024, summary: dict | None = None) -> dict:
-    """The recipe dict for the tiny model; `workdir` receives the FSDP2 config and the dataset cache."""
+                global_batch_size: int = 4, seq_length: int = 1024, summary: dict | None = None,
+                param_dtype: str = "fp32") -> dict:
+    """The recipe dict for the tiny model; `workdir` receives the FSDP2 config and the dataset cache.
+
+    `param_dtype` is FSDP2's compute dtype of the parameters: fp32 (default), or upstream's bf16 (gradients
+    reduced in fp32, as upstream's `fsdp2_config.yaml`)."""
     recipe, fsdp2_config = load_upstream(mindspeed_mm)
     recipe = copy.deepcopy(recipe)
     summary = summary or {}
@@ -47,8 +52,8 @@ def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path
     gpt["context_parallel_size"] = cp
     gpt["context_parallel_algo"] = cp_algo
     if fsdp2:
-        fsdp2_config = dict(fsdp2_config, param_dtype="fp32", reduce_dtype="fp32")
-        fsdp2_path = workdir / "fsdp2_config.yaml"
+        fsdp2_config = dict(fsdp2_config, param_dtype=param_dtype, reduce_dtype="fp32")
+        fsdp2_path = workdir / f"fsdp2_config_{param_dtype}.yaml"
         fsdp2_path.write_text(yaml.safe_dump(fsdp2_config, sort_keys=False))
         gpt["fsdp2_config_path"] = str(fsdp2_path)
     else:
