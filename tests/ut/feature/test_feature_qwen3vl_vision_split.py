@@ -1,5 +1,5 @@
-"""The vision tower split over a CP group: each medium encoded once, the gathered rows and their gradients
-equal encoding everything on every rank."""
+"""The vision tower split over a CP group: each medium encoded once, each member receives exactly the rows its
+shard needs, and rows and gradients equal encoding everything on every rank."""
 from __future__ import annotations
 
 from typing import Any
@@ -37,29 +37,34 @@ def _split_and_full(rank: int, world_size: int) -> dict[str, Any]:
     pixels = torch.randn(sum(item.patches for item in items), 5)
     weight = torch.randn(5, WIDTH, requires_grad=True)
     upstream = torch.randn(sum(item.patches for item in items) // MERGE_AREA, WIDTH)
-    # every rank uses only some rows (its own tokens), as a zigzag shard would
-    used = torch.arange(upstream.shape[0]) % world_size == rank
+    # each member needs some rows (its shard's visual tokens), in an order of its own; the last member none
+    total = upstream.shape[0]
+    needed = [torch.arange(total)[torch.arange(total) % (world_size - 1) == m].flip(0) for m in range(world_size - 1)]
+    needed.append(torch.zeros(0, dtype=torch.int64))
 
     def stand_in() -> torch.Tensor:
         return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
 
-    rows, anchor = encode_media_in_group(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, rank,
-                                         world_size, dist.group.WORLD)
-    loss = (rows[used] * upstream[used]).sum() + (anchor if anchor is not None else 0)
+    rows, anchor = encode_media_in_group(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
+                                         rank, dist.group.WORLD)
+    mine = needed[rank]
+    # a member without rows keeps the exchange's backward pass (a collective) in its graph, as the model does
+    loss = (rows * upstream[mine]).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
     loss.backward()
     split_grad = weight.grad.clone()
     dist.all_reduce(split_grad)
     weight.grad = None
     full = _encoder(weight)(pixels, torch.cat([image_grid, video_grid]))
     (full * upstream).sum().backward()
-    return {"rows": rows.detach(), "full": full.detach(), "split_grad": split_grad, "full_grad": weight.grad,
+    return {"rows": rows.detach(), "full": full.detach()[mine], "split_grad": split_grad, "full_grad": weight.grad,
             "stand_in": anchor is not None}
 
 
-def test_split_encoding_gathers_every_row_and_sums_the_gradients_exactly() -> None:
-    # 3 media on 4 ranks: one member encodes nothing and runs the stand-in
+def test_each_member_receives_only_its_rows_and_the_gradients_sum_exactly() -> None:
+    # 3 media on 4 ranks: one member encodes nothing and runs the stand-in; the last member needs no rows
     results = run_distributed(_split_and_full, 4, timeout_s=180.0)
     assert [r["stand_in"] for r in results].count(True) == 1
+    assert [r["rows"].shape[0] for r in results] == [2, 2, 1, 0]  # 5 rows over 3 members
     for result in results:
         assert torch.allclose(result["rows"], result["full"], atol=1e-6)
         assert torch.allclose(result["split_grad"], result["full_grad"], atol=1e-5)

@@ -3,18 +3,18 @@
 Upstream's model sees context parallelism of 1 (FCP's groups are not Megatron's). Inside an FCP
 round two wrappers take over:
 
-- `Qwen3VLModel.forward` builds the whole packed sequence of the group on every member (token
-  embeddings, vision features scattered into the image / video tokens, the 3D mRoPE ids that
-  `get_rope_index` gives each sample), then keeps this rank's per-sample zigzag shard of the
-  embeddings, mRoPE ids, visual-position mask and deepstack features and runs the text decoder,
-  final norm and LM head on the shard;
+- `Qwen3VLModel.forward` builds this rank's per-sample zigzag shard of the group's packed sequence: the
+  shard's token embeddings with its vision features in place, its visual-position mask and deepstack
+  features, and its slice of the 3D mRoPE ids that `get_rope_index` gives each sample of the group; then
+  runs the text decoder, final norm and LM head on the shard;
 - `Qwen3VLTextAttention.forward` attends over the whole group with FCP's ring or Ulysses attention,
   never across a sample boundary.
 
 The vision tower runs exactly once per round on every rank (under FSDP2 every call is a collective of
 all ranks, so each must make the same calls): in a group of several ranks each image or video is encoded
-by one member and the feature rows are gathered over the group (`vision_split`); a rank without media
-encodes a stand-in weighted 0.
+by one member, which sends each member the feature rows of its shard's visual tokens (`vision_split`); a
+rank without media encodes a stand-in weighted 0. No member holds the embeddings or vision features of the
+whole group.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from mindspeed_mm.core.fcp.parallel import fcp_attention
+from mindspeed_mm.core.fcp.parallel import fcp_attention, zigzag_layout
 
 from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
@@ -60,73 +60,82 @@ def _stand_in_anchor(model: Any) -> torch.Tensor:
     return rows.sum() * 0
 
 
-def _encode_media(model: Any, media: dict[str, Any], shard: TextShard
-                  ) -> tuple[torch.Tensor, list[torch.Tensor], int, torch.Tensor | None]:
-    """The round's vision features (images, then videos), deepstack features per layer, the number of image
-    feature rows, and the zero-weight anchor of a stand-in call (or None). In a group of several ranks each
-    medium is encoded by one member and the rows are gathered; every rank calls the vision tower once."""
+def _feature_rows(input_ids: torch.Tensor, config: Any, image_rows: int) -> torch.Tensor:
+    """`[tokens]` for each token of the packed sequence, its row of the round's vision features (image rows
+    first, then video rows, each in sequence order), -1 for a text token."""
+    ids = input_ids[0]
+    image_mask, video_mask = ids == config.image_token_id, ids == config.video_token_id
+    rows = torch.full_like(ids, -1)
+    rows[image_mask] = torch.arange(int(image_mask.sum()), device=ids.device)
+    rows[video_mask] = image_rows + torch.arange(int(video_mask.sum()), device=ids.device)
+    return rows
+
+
+def _shard_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], shard: TextShard
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
+    """This rank's shard of the packed sequence: `[1, shard tokens, hidden]` embeddings with the vision features
+    in place, `[1, shard tokens]` visual-position mask, and the deepstack features of the shard's visual tokens
+    in shard order (None when the shard has none). Only the shard's embeddings and feature rows are built."""
     image_grid, video_grid = media.get("image_grid_thw"), media.get("video_grid_thw")
     pixels = [p for p in (media.get("pixel_values"), media.get("pixel_values_videos")) if p is not None]
     items = media_items(image_grid, video_grid)
     merge_area = model.visual.spatial_merge_size ** 2
-    hidden = model.config.vision_config.out_hidden_size
-    width = hidden * (1 + len(model.visual.deepstack_visual_indexes))
-    anchor = None
+    image_rows = sum(item.patches for item in items[: 0 if image_grid is None else len(image_grid)]) // merge_area
+    feature_rows = _feature_rows(input_ids, model.config, image_rows)
+    total_rows = sum(item.patches for item in items) // merge_area
+    if int((feature_rows >= 0).sum()) != total_rows:
+        raise FCPRuntimeError(f"the round's image and video tokens ({int((feature_rows >= 0).sum())}) do not match "
+                              f"its vision features ({total_rows} rows)")
+
+    def needed(global_index: torch.Tensor) -> torch.Tensor:
+        rows = feature_rows[global_index.to(feature_rows.device)].cpu()
+        return rows[rows >= 0]
+
+    index = shard.global_index.to(input_ids.device)
     if shard.group is None:
-        if items:
-            rows = _vision_rows(model, torch.cat(pixels), torch.stack([item.grid for item in items]))
-        else:
-            anchor = _stand_in_anchor(model)
-            rows = anchor.new_zeros(0, width)
+        rows, anchor = _vision_rows_or_anchor(model, pixels, items)
+        rows = rows[needed(shard.global_index).to(rows.device)]
     else:
+        degree = shard.fcp_round.degree
+        layout = zigzag_layout(shard.cu_seqlens, degree)
+        hidden = model.config.vision_config.out_hidden_size
         rows, anchor = encode_media_in_group(
             lambda p, g: _vision_rows(model, p, g), lambda: _stand_in_anchor(model),
-            torch.cat(pixels) if pixels else None, items, merge_area, width,
-            shard.fcp_round.rank_in_group, shard.fcp_round.degree, shard.group)
-    image_rows = sum(item.patches for item in items[: 0 if image_grid is None else len(image_grid)]) // merge_area
-    layers = rows.split(hidden, dim=-1)
-    return layers[0], list(layers[1:]), image_rows, anchor
-
-
-def _packed_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], shard: TextShard
-                   ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
-    """Embeddings of the packed sequence with the vision features in place, the visual-position mask and the
-    deepstack features in sequence order."""
-    embeds = model.get_input_embeddings()(input_ids)
-    features, deepstack, image_rows, anchor = _encode_media(model, media, shard)
-    image_mask = input_ids == model.config.image_token_id
-    video_mask = input_ids == model.config.video_token_id
-    for name, mask, rows in (("image", image_mask, features[:image_rows]), ("video", video_mask, features[image_rows:])):
-        if int(mask.sum()) != rows.shape[0]:
-            raise FCPRuntimeError(f"the round's {name} tokens ({int(mask.sum())}) do not match its {name} features "
-                                  f"({rows.shape[0]})")
-        embeds = embeds.masked_scatter(mask.unsqueeze(-1).expand_as(embeds), rows.to(embeds.dtype))
+            torch.cat(pixels) if pixels else None, items, merge_area,
+            hidden * (1 + len(model.visual.deepstack_visual_indexes)),
+            [needed(layout.shard(member).global_index) for member in range(degree)],
+            shard.fcp_round.rank_in_group, shard.group)
+    shard_ids = input_ids[:, index]
+    embeds = model.get_input_embeddings()(shard_ids)  # [1, shard tokens, hidden]
+    visual_mask = feature_rows[index].unsqueeze(0) >= 0  # [1, shard tokens]
+    features, *deepstack = rows.split(model.config.vision_config.out_hidden_size, dim=-1)
+    embeds = embeds.masked_scatter(visual_mask.unsqueeze(-1).expand_as(embeds), features.to(embeds.dtype))
     if anchor is not None:
         embeds = embeds + anchor.to(embeds.dtype)
-    visual_mask = image_mask | video_mask
-    if not bool(visual_mask.any()):
+    if rows.shape[0] == 0:
+        # Keeps the backward pass of this rank's feature exchange (a collective of the group) in the graph.
+        embeds = embeds + rows.sum().to(embeds.dtype)
         return embeds, visual_mask, None
-    # Deepstack rows come images first, then videos; the decoder adds them in sequence order.
-    in_visual = visual_mask[visual_mask]
-    image_in_visual, video_in_visual = image_mask[visual_mask], video_mask[visual_mask]
-    ordered = []
-    for layer in deepstack:
-        joint = layer.new_zeros(in_visual.numel(), layer.shape[-1])
-        joint[image_in_visual] = layer[:image_rows]
-        joint[video_in_visual] = layer[image_rows:]
-        ordered.append(joint)
-    return embeds, visual_mask, ordered
+    return embeds, visual_mask, deepstack
+
+
+def _vision_rows_or_anchor(model: Any, pixels: list[torch.Tensor], items: list[Any]
+                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """All the round's vision rows on one rank, or, without media, no rows and the anchor of a stand-in call."""
+    if items:
+        return _vision_rows(model, torch.cat(pixels), torch.stack([item.grid for item in items])), None
+    anchor = _stand_in_anchor(model)
+    width = model.config.vision_config.out_hidden_size * (1 + len(model.visual.deepstack_visual_indexes))
+    return anchor.new_zeros(0, width), anchor
 
 
 def _shard_decoder_inputs(shard: TextShard, embeds: torch.Tensor, position_ids: torch.Tensor,
                           visual_mask: torch.Tensor, deepstack: list[torch.Tensor] | None) -> dict[str, Any]:
-    index = shard.global_index.to(embeds.device)
-    inputs: dict[str, Any] = {"inputs_embeds": embeds[:, index], "position_ids": position_ids[..., index]}
+    index = shard.global_index.to(position_ids.device)
+    inputs: dict[str, Any] = {"inputs_embeds": embeds, "position_ids": position_ids[..., index]}
     if deepstack is not None:
-        visual_rank = torch.cumsum(visual_mask[0].to(torch.int64), dim=0) - 1
-        local_rows = visual_rank[index][visual_mask[0, index]]
-        inputs["visual_pos_masks"] = visual_mask[:, index]
-        inputs["deepstack_visual_embeds"] = [layer[local_rows] for layer in deepstack]
+        inputs["visual_pos_masks"] = visual_mask
+        inputs["deepstack_visual_embeds"] = deepstack
     # The decoder's own varlen bookkeeping covers the shard as one sequence; FCP's attention uses the
     # samples' boundaries over the whole group instead.
     inputs[SEQLENS_KEY] = torch.tensor([index.numel()], dtype=torch.int32)
@@ -151,7 +160,7 @@ def model_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
             raise FCPRuntimeError("FCP runs Qwen3-VL on the input ids of one packed sequence per round")
         if given.get("past_key_values") is not None:
             raise FCPRuntimeError("FCP trains without a key-value cache")
-        embeds, visual_mask, deepstack = _packed_inputs(self, input_ids, given, shard)
+        embeds, visual_mask, deepstack = _shard_inputs(self, input_ids, given, shard)
         seqlens = extra.pop(SEQLENS_KEY)
         position_ids, rope_deltas = self.get_rope_index(
             input_ids, given.get("image_grid_thw"), given.get("video_grid_thw"), sequence_length=seqlens)

@@ -1,11 +1,11 @@
-"""The vision tower of a round split over its CP group: each image or video is encoded once, by one member.
+"""The vision tower of a round split over its CP group: each image or video is encoded once, by one member, and
+each member receives only the feature rows its own shard needs.
 
-Every member of a group needs the features of all the group's images and videos (each keeps those of its
-own shard's tokens). Media are assigned to members by patch count (largest first to the least loaded
-member, identically on every rank); each member encodes its media in one call of the vision tower, and
-one all-gather over the group hands everyone every feature row. The gather is differentiable: the backward
-pass sums each row's gradient over the members (all of them may hold tokens of that row's medium) and
-returns it to the member that encoded it.
+Media are assigned to members by patch count (largest first to the least loaded member, identically on every
+rank); each member encodes its media in one call of the vision tower. Every rank knows every member's shard,
+so one uneven all-to-all sends each member the rows of the visual tokens in its shard, from the members that
+encoded them: no member holds the features of the whole group. The exchange is differentiable: its backward
+pass is the reverse all-to-all, and each encoded row gets the sum of its gradients from the members using it.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.parallel.collectives import all_to_all_rows
 
 
 @dataclass(frozen=True)
@@ -52,55 +54,69 @@ def assign_media(patches: Sequence[int], degree: int) -> list[int]:
     return owners
 
 
-class _GatherRows(torch.autograd.Function):
-    """All-gather of a variable number of rows per member; backward: each member's rows get the sum of their
-    gradients over the group."""
+class _ExchangeRows(torch.autograd.Function):
+    """Uneven all-to-all of rows over a group; backward: the reverse all-to-all of their gradients."""
 
     @staticmethod
-    def forward(ctx: Any, local: torch.Tensor, counts: tuple[int, ...], rank: int,  # type: ignore[override]
-                group: dist.ProcessGroup) -> torch.Tensor:
-        ctx.counts, ctx.rank, ctx.group = counts, rank, group
-        width = max(counts)
-        padded = local.new_zeros((width,) + tuple(local.shape[1:]))
-        padded[: local.shape[0]] = local
-        gathered = [torch.empty_like(padded) for _ in counts]
-        dist.all_gather(gathered, padded.contiguous(), group=group)
-        return torch.cat([chunk[:count] for chunk, count in zip(gathered, counts)])
+    def forward(ctx: Any, send: torch.Tensor, send_counts: tuple[int, ...],  # type: ignore[override]
+                recv_counts: tuple[int, ...], group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.send_counts, ctx.recv_counts, ctx.group = send_counts, recv_counts, group
+        received, _ = all_to_all_rows(send, send_counts, recv_counts, group)
+        return received
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:  # type: ignore[override]
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        start = sum(ctx.counts[: ctx.rank])
-        return grad[start: start + ctx.counts[ctx.rank]], None, None, None
+        returned, _ = all_to_all_rows(grad.contiguous(), ctx.recv_counts, ctx.send_counts, ctx.group)
+        return returned, None, None, None
+
+
+def _row_owners(items: Sequence[MediaItem], owners: Sequence[int], merge_area: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every feature row of the round (items' order): `[rows]` the member encoding it and `[rows]` its index
+    among that member's encoded rows (a member encodes its items in increasing item order)."""
+    member_of, local_of, next_local = [], [], [0] * (max(owners) + 1 if owners else 0)
+    for item, owner in zip(items, owners):
+        rows = item.patches // merge_area
+        member_of.append(torch.full((rows,), owner, dtype=torch.int64))
+        local_of.append(torch.arange(next_local[owner], next_local[owner] + rows))
+        next_local[owner] += rows
+    if not member_of:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
+    return torch.cat(member_of), torch.cat(local_of)
 
 
 def encode_media_in_group(encode: Any, stand_in: Any, pixels: torch.Tensor | None, items: Sequence[MediaItem],
-                          merge_area: int, width: int, rank: int, degree: int,
+                          merge_area: int, width: int, needed_rows: Sequence[torch.Tensor], rank: int,
                           group: dist.ProcessGroup) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`[rows, width]` vision rows of all `items` in their order (features, then each deepstack layer's, side by
-    side), each medium encoded by one member, and the zero-valued anchor of a stand-in call (or None).
+    """`[len(needed_rows[rank]), width]` vision rows (features, then each deepstack layer's, side by side) of
+    the round's feature rows `needed_rows[rank]` (indices into all items' rows, in the order wanted), and the
+    zero-valued anchor of a stand-in call (or None).
 
+    `needed_rows[m]`: the rows member m's shard needs (every rank passes the same list, one entry per member).
     `encode(pixels, grids)` runs the vision tower and returns one `[rows, width]` tensor; `stand_in()` runs it
     on a stand-in input, for a member without media, and returns the anchor."""
+    degree = len(needed_rows)
     owners = assign_media([item.patches for item in items], degree)
     mine = [i for i, owner in enumerate(owners) if owner == rank]
     anchor = None
     if mine:
-        rows = torch.cat([pixels[items[i].pixel_rows[0]: items[i].pixel_rows[1]] for i in mine])
-        local = encode(rows, torch.stack([items[i].grid for i in mine]))
+        pixel_rows = torch.cat([pixels[items[i].pixel_rows[0]: items[i].pixel_rows[1]] for i in mine])
+        local = encode(pixel_rows, torch.stack([items[i].grid for i in mine]))
     else:
         anchor = stand_in()
-        # Tied to the anchor, so that this member's backward pass joins the gather's reduction like the others'.
+        # Tied to the anchor, so that this member's backward pass joins the exchange like the others'.
         local = anchor.new_zeros(0, width) + anchor
-    rows_of = [item.patches // merge_area for item in items]
-    counts = tuple(sum(rows_of[i] for i, owner in enumerate(owners) if owner == member) for member in range(degree))
-    gathered = _GatherRows.apply(local, counts, rank, group)
-    # Back to the items' order: member m's rows hold its items in increasing item order.
-    starts = [sum(counts[:m]) for m in range(degree)]
-    offsets, order = list(starts), []
-    for index, owner in enumerate(owners):
-        order.append(torch.arange(offsets[owner], offsets[owner] + rows_of[index]))
-        offsets[owner] += rows_of[index]
-    ordered = gathered[torch.cat(order).to(gathered.device)] if order else gathered[:0]
-    return ordered, anchor
+    member_of, local_of = _row_owners(items, owners, merge_area)
+    # To each member m, in member order: the rows m needs that this rank encoded, in m's order.
+    sends = [local_of[wanted[member_of[wanted] == rank]] for wanted in needed_rows]
+    send_counts = tuple(int(s.numel()) for s in sends)
+    wanted = needed_rows[rank]
+    sources = member_of[wanted]
+    recv_counts = tuple(int((sources == member).sum()) for member in range(degree))
+    send = local[torch.cat(sends).to(local.device)]  # [sum(send_counts), width]
+    received = _ExchangeRows.apply(send, send_counts, recv_counts, group)  # [len(wanted), width], by source
+    # Back to the wanted order: the received rows come grouped by source member, each group in wanted order.
+    by_source = torch.cat([torch.nonzero(sources == member).reshape(-1) for member in range(degree)])
+    order = torch.empty_like(by_source)
+    order[by_source] = torch.arange(by_source.numel())
+    return received[order.to(received.device)], anchor
