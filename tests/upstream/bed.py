@@ -49,8 +49,10 @@ class UpstreamSources:
 
 
 def _env_path(name: str) -> Path | None:
+    """The path in env var `name`, absolute but with symlinks kept: a virtual environment's `bin/python` is a
+    symlink, and resolving it would lose the environment's packages."""
     value = os.environ.get(name)
-    return Path(value).expanduser().resolve() if value else None
+    return Path(os.path.abspath(Path(value).expanduser())) if value else None
 
 
 def find_sources() -> UpstreamSources:

@@ -96,13 +96,14 @@ class UpstreamBed:
         return [json.loads(p.read_text()) for p in sorted(folder.glob("calls_*.json"))]
 
 
-def build_tiny_assets(sources: bed_sources.UpstreamSources, out: Path, timeout_s: float = 300) -> None:
+def build_tiny_assets(sources: bed_sources.UpstreamSources, out: Path, timeout_s: float = 300, *,
+                      long_videos: bool = False) -> None:
     """Run `tiny_qwen3vl.py` in the upstream interpreter (transformers, tokenizers, PIL, av live there)."""
     if (out / "hf" / "tiny_summary.json").is_file() and (out / "data" / "data.json").is_file():
         return
     env = dict(os.environ, PYTHONPATH=str(bed_sources.CPU_ASCEND), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                OMP_NUM_THREADS="1")
-    done = subprocess.run([str(sources.python), str(TINY_BUILDER), str(out)], capture_output=True, text=True,
-                          env=env, timeout=timeout_s, check=False)
+    command = [str(sources.python), str(TINY_BUILDER), str(out)] + (["--long-videos"] if long_videos else [])
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the tiny Qwen3-VL failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

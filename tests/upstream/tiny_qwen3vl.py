@@ -35,6 +35,10 @@ TEXT_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, nu
 VISION_SHAPE = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=16,
                     spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64,
                     deepstack_visual_indexes=[0])
+LONG_VIDEO_FRAMES = 64
+"""Most frames the processor keeps per video (the recipes' `video_maxlen` caps them first)."""
+LONG_VIDEO_PIXELS = 128 * 128 * LONG_VIDEO_FRAMES
+"""Most pixels of a whole video (all frames) the processor keeps: 64 frames of 128 x 128."""
 MODEL_SUMMARY = {"vit_layers": 2, "llm_layers": 2, "llm_hidden": 64, "llm_heads": 4, "llm_kv_heads": 2,
                  "vit_hidden": 32, "vit_heads": 2, "vocab_size": VOCAB_SIZE}
 
@@ -63,8 +67,8 @@ def build_processor(tokenizer):
         size={"shortest_edge": 32 * 32, "longest_edge": 128 * 128}, image_mean=[0.5] * 3, image_std=[0.5] * 3,
     )
     video_processor = Qwen3VLVideoProcessor(
-        patch_size=16, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": 64 * 64 * 8},
-        image_mean=[0.5] * 3, image_std=[0.5] * 3, fps=2, min_frames=4, max_frames=8,
+        patch_size=16, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": LONG_VIDEO_PIXELS},
+        image_mean=[0.5] * 3, image_std=[0.5] * 3, fps=2, min_frames=4, max_frames=LONG_VIDEO_FRAMES,
     )
     return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
 
@@ -126,17 +130,25 @@ _ANSWERS = (
 )
 
 
-def build_dataset(out: Path, num_samples: int = 16) -> Path:
+def build_dataset(out: Path, num_samples: int = 16, long_video_every: int = 0) -> Path:
     """Images (PIL) and short videos (av, mpeg4) plus `data.json` in MindSpeed-MM's llava-style message format.
 
     Samples alternate image / video; every sample has both `images` and `videos` lists (one of them empty), so
-    the recipe keeps `attr.images: images` and `attr.videos: videos`.
+    the recipe keeps `attr.images: images` and `attr.videos: videos`. With `long_video_every=k`, every k-th
+    sample is a long video instead: 96 frames of 128 x 128 at 4 fps (24 s; at 2 fps and `video_maxlen: 64`, 48
+    frames, about 400 tokens, several times the other samples).
     """
     out.mkdir(parents=True, exist_ok=True)
     samples = []
     for i in range(num_samples):
         answer = " ".join(_ANSWERS[(i + j) % len(_ANSWERS)] for j in range(1 + i % 3))
-        if i % 2 == 0:
+        if long_video_every and i % long_video_every == long_video_every - 1:
+            name = f"long_video_{i}.mp4"
+            _video(out / name, frames=96, size=128, fps=4, seed=i)
+            samples.append({"messages": [{"role": "user", "content": "<video>What happens in the video?"},
+                                         {"role": "assistant", "content": answer}],
+                            "images": [], "videos": [name]})
+        elif i % 2 == 0:
             name = f"image_{i}.png"
             _image(out / name, width=64 + 32 * (i % 3), height=64, seed=i)
             samples.append({"messages": [{"role": "user", "content": "<image>Please describe the image."},
@@ -154,9 +166,11 @@ def build_dataset(out: Path, num_samples: int = 16) -> Path:
 
 
 def main(argv: list[str]) -> int:
+    """`python tiny_qwen3vl.py OUT [--long-videos]`: the model in OUT/hf, the data in OUT/data (with
+    `--long-videos`, every fourth sample a long video)."""
     root = Path(argv[1])
     build_model_folder(root / "hf")
-    build_dataset(root / "data")
+    build_dataset(root / "data", long_video_every=4 if "--long-videos" in argv[2:] else 0)
     print(json.dumps({"hf": str(root / "hf"), "data": str(root / "data" / "data.json")}))
     return 0
 

@@ -1,1 +1,0 @@
-"""ST helpers: Megatron log to JSON (`st_log`) and comparison with a committed baseline (`st_compare`)."""
