@@ -29,7 +29,7 @@ NNODES=1
 NODE_RANK=0
 WORLD_SIZE=$(($NPUS_PER_NODE*$NNODES))
 
-MM_CONFIG="./examples/qwen3vl/qwen3vl_full_sft_8B_fcp.yaml"
+MM_CONFIG="${1:-./examples/qwen3vl/qwen3vl_full_sft_8B_fcp.yaml}"  # or the recipe given as the first argument
 
 DISTRIBUTED_ARGS="
     --nproc_per_node $NPUS_PER_NODE \

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from mindspeed_mm.core.fcp.parallel import fcp_attention, zigzag_layout
+from mindspeed_mm.core.fcp.parallel import fcp_attention
 
 from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
@@ -96,14 +96,12 @@ def _shard_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], sh
         rows, anchor = _vision_rows_or_anchor(model, pixels, items)
         rows = rows[needed(shard.global_index).to(rows.device)]
     else:
-        degree = shard.fcp_round.degree
-        layout = zigzag_layout(shard.cu_seqlens, degree)
         hidden = model.config.vision_config.out_hidden_size
         rows, anchor = encode_media_in_group(
             lambda p, g: _vision_rows(model, p, g), lambda: _stand_in_anchor(model),
             torch.cat(pixels) if pixels else None, items, merge_area,
             hidden * (1 + len(model.visual.deepstack_visual_indexes)),
-            [needed(layout.shard(member).global_index) for member in range(degree)],
+            [needed(shard.layout.shard(member).global_index) for member in range(shard.fcp_round.degree)],
             shard.fcp_round.rank_in_group, shard.group)
     shard_ids = input_ids[:, index]
     embeds = model.get_input_embeddings()(shard_ids)  # [1, shard tokens, hidden]

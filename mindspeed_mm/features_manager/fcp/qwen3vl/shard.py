@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.runtime.packed_lengths import cumulative_lengths
-from mindspeed_mm.core.fcp.parallel import zigzag_layout
+from mindspeed_mm.core.fcp.parallel import ZigzagLayout, zigzag_layout
 
 from ..runtime import FCPRound, FCPRuntimeError, get_fcp_runtime
 
@@ -22,6 +22,8 @@ class TextShard:
     fcp_round: FCPRound
     cu_seqlens: tuple[int, ...]
     """Sample boundaries of the group's packed sequence (the whole sequence, not the shard)."""
+    layout: ZigzagLayout
+    """Every member's zigzag shard of the packed sequence."""
     global_index: torch.Tensor
     """Index in the packed sequence of each token of this rank's shard, in shard order."""
     group: dist.ProcessGroup | None
@@ -43,12 +45,13 @@ def round_shard(seqlens: torch.Tensor | None) -> TextShard | None:
             f"an FCP round needs the packed samples' lengths under batch[{SEQLENS_KEY!r}]: "
             "set data.dataloader_param.sampler_type: FCPBatchSampler")
     cu_seqlens = tuple(int(x) for x in cumulative_lengths(torch.as_tensor(seqlens).reshape(-1).tolist()))
-    shard = zigzag_layout(cu_seqlens, fcp_round.degree).shard(fcp_round.rank_in_group)
+    layout = zigzag_layout(cu_seqlens, fcp_round.degree)
+    shard = layout.shard(fcp_round.rank_in_group)
     if shard.length == 0:
         raise FCPRuntimeError(
             f"round {fcp_round.round_index + 1}: {cu_seqlens[-1]} tokens leave rank {fcp_round.rank_in_group} of a "
             f"group of degree {fcp_round.degree} without tokens")
-    return TextShard(fcp_round, cu_seqlens, shard.global_index, runtime.process_group(fcp_round))
+    return TextShard(fcp_round, cu_seqlens, layout, shard.global_index, runtime.process_group(fcp_round))
 
 
 def active_shard() -> TextShard | None:
