@@ -13,7 +13,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_namespace_packages(include=["mindspeed_mm", "mindspeed_mm.*", "mindspeed_mm_fcp"]),
-    package_data={"mindspeed_mm.core.fcp": ["cost/presets/*.json"], "mindspeed_mm.core.fcp.sandbox": ["configs/*.yaml"]},
+    package_data={"mindspeed_mm.core.fcp": ["cost/measured/*.jsonl"], "mindspeed_mm.core.fcp.sandbox": ["configs/*.yaml"]},
     install_requires=[
         "torch>=2.1",
         "numpy",

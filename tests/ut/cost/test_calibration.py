@@ -141,10 +141,11 @@ def test_planner_uses_the_corrected_times() -> None:
 
 def test_recalibration_corrects_a_deliberately_wrong_coefficient() -> None:
     truth = base_model()
-    # The attention grids are 3x too slow in the table the planner starts from.
+    # The attention (its grids and its call cost) is 3x too slow in the table the planner starts from.
     t = truth.table.time
     wrong = base_model(attention_causal_ms=_scaled(t.attention_causal_ms, 3.0),
-                       attention_full_ms=_scaled(t.attention_full_ms, 3.0))
+                       attention_full_ms=_scaled(t.attention_full_ms, 3.0),
+                       attention_call_ms=3.0 * t.attention_call_ms)
     rng = np.random.default_rng(0)
     calibrator = OnlineCalibrator(CalibrationSettings(smoothing=0.3))
     cost: CostModel = wrong

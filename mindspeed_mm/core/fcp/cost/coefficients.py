@@ -6,11 +6,14 @@ Assumptions (all stated here once):
 - The attention core of one document of s tokens costs A(s) = alpha s^2 + beta s + gamma per
   layer (forward + backward), a fit of the table's grid for the model's mask (the causal grid
   carries the mask efficiency of about 1/2). A packed batch then needs only sum(s^2), sum(s) and
-  its document count, which keeps workloads additive and the time O(1) in documents.
+  its document count, which keeps workloads additive and the time O(1) in documents. Each
+  attention call (one per layer and pass for Ulysses, one per layer and ring step) adds the
+  table's `attention_call_ms` once, whatever the documents it holds.
 - Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
   2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
 - The vision encoder runs on the group's patches split evenly over its ranks, in one call per rank
-  and round: a fixed cost per call plus a cost per patch.
+  and round: the table's `vision_ms` curve at the rank's patches, else a fixed cost per call plus a
+  cost per patch.
 - Ulysses runs whole documents with heads / d heads per rank. Kernels do not always get d times
   faster on d times fewer heads; a table with per-degree Ulysses grids gives each degree its own
   fit, else the attention of the full heads is divided by d.
@@ -46,6 +49,8 @@ class StageCoefficients:
     """Stage attention, ms per token (layers x beta)."""
     gamma: float
     """Stage attention, ms per document (layers x gamma)."""
+    attention_call_ms: float
+    """Stage attention, ms per call (layers x the table's `attention_call_ms`)."""
     attention_forward_fraction: float
     """Forward share of the attention's forward + backward time."""
     forward_passes: int
@@ -64,6 +69,10 @@ class StageCoefficients:
     """Vision encoder (with recompute), ms per patch."""
     vision_call_ms: float
     """Vision encoder (with recompute), fixed ms of one call on a rank holding patches."""
+    vision_curve: Grid | None
+    """One call of the encoder vs the patches of the rank (the table's `vision_ms`); None: the two above."""
+    vision_scale: float
+    """Recompute factor of the encoder's work, applied to `vision_curve`."""
     launch_ms: float
     """Fixed cost of one round of a group."""
     off_diagonal: tuple[float, float, float]
@@ -84,7 +93,10 @@ class StageCoefficients:
     def non_attention_ms(self, tokens: np.ndarray, patches: np.ndarray, inv_degree: np.ndarray) -> np.ndarray:
         """The stage's non-attention work, the output layer and the vision encoder on one rank of a group
         sharing `tokens` and `patches` evenly (`inv_degree` = 1 / degree)."""
-        vision = inv_degree * (self.per_patch_ms * patches) + self.vision_call_ms * (patches > 0)
+        if self.vision_curve is None:
+            vision = inv_degree * (self.per_patch_ms * patches) + self.vision_call_ms * (patches > 0)
+        else:
+            vision = self.vision_scale * self.vision_curve(inv_degree * patches) * (patches > 0)
         if self.layer_linear is None:
             return inv_degree * (self.per_token_ms * tokens) + vision
         per_rank = inv_degree * tokens
@@ -111,6 +123,7 @@ class StageCoefficients:
         return cls(
             attention_fit=fit,
             alpha=layers * fit[0], beta=layers * fit[1], gamma=layers * fit[2],
+            attention_call_ms=layers * tm.attention_call_ms,
             attention_forward_fraction=attn_fwd,
             forward_passes=passes,
             attention_passes_scale=passes * attn_fwd + (1.0 - attn_fwd),
@@ -120,6 +133,8 @@ class StageCoefficients:
             output_ms_per_token=tm.output_ms_per_token,
             per_patch_ms=tm.vision_ms_per_patch * linear_scale,
             vision_call_ms=tm.vision_ms_per_call * linear_scale,
+            vision_curve=tm.vision_ms,
+            vision_scale=linear_scale,
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
             comm_overlap=tm.comm_overlap,

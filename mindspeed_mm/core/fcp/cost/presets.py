@@ -21,14 +21,17 @@ Achieved-efficiency factors (fraction of peak really reached), per hardware:
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mindspeed_mm.core.fcp.cost.analytic import (
     SHARDING_MODES, HardwarePreset, ModelPreset, Setup, memory_figures, params_per_rank, step_figures, time_figures,
 )
+from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.measured_compute import MeasuredCompute, load_h200_qwen3vl8b, quadratic_grid
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
 from mindspeed_mm.core.fcp.cost.table import (
-    RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, ModelShape, ProfileTable, VisionShape,
+    RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, ModelShape, ProfileTable, TimeFigures, VisionShape,
 )
 
 SOURCES = {
@@ -66,7 +69,14 @@ SOURCES = {
     "msmm-fsdp2": "Ascend/MindSpeed-MM examples/qwen3vl/fsdp2_config.yaml (reshard_after_forward, param bf16, "
                   "reduce fp32)",
     "workloads": "project workload notes: Qwen3-VL video token rule (720 tokens per second at 720p)",
+    "h200-measured": "one NVIDIA H200, Qwen3-VL-8B shapes, bf16, torch 2.11 (measured/h200_qwen3vl8b_compute.jsonl "
+                     "in this package; the lines of each term are in provenance.measured_compute)",
 }
+
+# Compute terms measured on a device replace the analytic ones for these (hardware, model) pairs at the
+# measured TP size; communication, memory and step terms stay analytic.
+MEASURED_COMPUTE = {("h200", "qwen3vl-8b"): load_h200_qwen3vl8b}
+MEASURED_TP = 1
 
 
 _GB = 1e9
@@ -285,6 +295,15 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
 
     setup = Setup(tp=tp, pp=pp, dtype=dtype, recompute=recompute, sharding=sharding, shard_ranks=shards)
     enc = mp.encoder
+    time = time_figures(hw, mp, setup)
+    measured_provenance: dict[str, Any] = {}
+    loader = MEASURED_COMPUTE.get((hardware, model))
+    if loader is not None and tp == MEASURED_TP and dtype == "bf16":
+        file_name, _, measured = loader()
+        time = measured_time_figures(time, measured, layers=dec.layers // pp, recompute=recompute,
+                                     vision_depth=None if enc is None else enc.depth)
+        measured_provenance = {"measured_compute": {"file": file_name, **measured.rows,
+                                                    "model_overhead_ms_per_layer": measured.model_overhead_ms}}
     table = ProfileTable(
         hardware=HardwareInfo(
             name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
@@ -297,20 +316,23 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
                 depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
                 spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch)),
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
-        time=time_figures(hw, mp, setup),
+        time=time,
         memory=memory_figures(hw, mp, setup),
         step=step_figures(hw, mp, setup),
         provenance={
             "source": "analytic preset",
             "preset": f"{hardware}-{model}",
             "hardware": hw.description,
-            "hardware_sources": hw.sources,
+            "hardware_sources": hw.sources + (", h200-measured" if measured_provenance else ""),
             "model_sources": mp.sources,
             "memory_sources": _MEMORY_SOURCES,
             "step_sources": _STEP_SOURCES,
             "options": {"sharding": sharding, "shard_ranks": shards},
+            **measured_provenance,
             "params_per_rank": params_per_rank(mp, setup),
-            "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES, _STEP_SOURCES)))},
+            "sources": {key: SOURCES[key] for key in _keys(", ".join((
+                hw.sources + (", h200-measured" if measured_provenance else ""), mp.sources, _MEMORY_SOURCES,
+                _STEP_SOURCES)))},
             "notes": [
                 "Analytic figures from public peak FLOP/s, memory and link data with documented "
                 "efficiency factors; replace with a table measured by `fcp profile` on the target.",
@@ -322,6 +344,42 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     )
     table.validate(source=f"preset {hardware}-{model}")
     return table
+
+def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, layers: int, recompute: str,
+                          vision_depth: int | None) -> TimeFigures:
+    """`analytic` with its compute terms replaced by measured ones (`measured_compute`); the output layer
+    and every communication term stay analytic.
+
+    The fixed cost of a layer (the kernels' floor plus the real model's host overhead) goes to
+    `launch_ms`, once per layer and round, its forward share once more under full recompute; the full
+    mask's curve doubles the causal quadratic term [inferred].
+    """
+    alpha, beta, gamma = measured.attention
+    fixed = measured.layer_floor_ms + measured.model_overhead_ms
+    forward_share = measured.layer_floor_forward_ms / measured.layer_floor_ms
+    passes = 2 if recompute == "full" else 1
+    vision: dict[str, Any] = {}
+    if vision_depth is not None and measured.vision_ms_per_block is not None:
+        block = measured.vision_ms_per_block
+        curve = Grid(block.x, tuple(vision_depth * y for y in block.y), "linear")
+        slope = (curve.y[-1] - curve.y[-2]) / (curve.x[-1] - curve.x[-2])
+        vision = {"vision_ms": curve, "vision_ms_per_patch": slope,
+                  "vision_ms_per_call": max(0.0, curve.y[-1] - slope * curve.x[-1])}
+    return dataclasses.replace(
+        analytic,
+        attention_causal_ms=quadratic_grid(measured.attention),
+        attention_full_ms=quadratic_grid((2.0 * alpha, beta, gamma)),
+        attention_off_diagonal_ms=None if measured.off_diagonal is None else quadratic_grid(measured.off_diagonal),
+        attention_ulysses_ms={d: quadratic_grid(fit) for d, fit in measured.ulysses.items()} or None,
+        attention_backward_ratio=measured.attention_backward_ratio,
+        attention_call_ms=measured.attention_call_ms,
+        linear_ms=measured.linear_ms,
+        linear_ms_per_token=float(measured.linear_ms.y[-1] / measured.linear_ms.x[-1]),
+        linear_backward_ratio=measured.linear_backward_ratio,
+        launch_ms=layers * fixed * (1.0 + (passes - 1) * forward_share),
+        **vision,
+    )
+
 
 def _keys(text: str) -> list[str]:
     """Source keys named in a comma-separated list, known ones only, in order, once."""

@@ -22,6 +22,11 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.vision_ms_per_patch`: the whole vision encoder (and merger), forward + backward, per patch.
 - `time.vision_ms_per_call` (optional, default 0): the encoder's fixed cost of one call on one rank
   (every rank of a group holding patches encodes its share in one call per round).
+- `time.vision_ms` (optional): the encoder's forward + backward of one call on one rank against the
+  patches `x` it encodes, fixed cost included; replaces `vision_ms_per_call` + `vision_ms_per_patch`.
+- `time.attention_call_ms` (optional, default 0): fixed cost of one attention call of one layer on one
+  rank, forward + backward, shared by every document of the call; the attention grids then hold what
+  one document adds to a call.
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
 - `time.p2p_ms.{intra,inter}`: one point-to-point send of `x` bytes between two ranks.
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.
@@ -120,6 +125,8 @@ class ProfileTable:
                 "attention_backward_ratio": t.attention_backward_ratio,
                 "linear_ms_per_token": t.linear_ms_per_token,
                 **({} if t.linear_ms is None else {"linear_ms": t.linear_ms.to_dict()}),
+                **({} if t.attention_call_ms == 0.0 else {"attention_call_ms": t.attention_call_ms}),
+                **({} if t.vision_ms is None else {"vision_ms": t.vision_ms.to_dict()}),
                 "linear_backward_ratio": t.linear_backward_ratio,
                 "output_ms_per_token": t.output_ms_per_token,
                 "vision_ms_per_patch": t.vision_ms_per_patch,

@@ -27,7 +27,7 @@ _KEYS = {
     "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch"},
     "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
              "output_ms_per_token", "vision_ms_per_patch", "vision_ms_per_call", "launch_ms", "p2p_ms",
-             "all_to_all_ms", "comm_overlap", "linear_ms"},
+             "all_to_all_ms", "comm_overlap", "linear_ms", "attention_call_ms", "vision_ms"},
     "time.attention_ms": {"causal", "full", "off_diagonal", "ulysses"},
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
@@ -167,6 +167,9 @@ class _Parser:
         vision_call_ms = 0.0 if "vision_ms_per_call" not in doc else self.non_negative(doc, p, "vision_ms_per_call")
         if not has_vision and vision_call_ms != 0:
             raise self.fail("time.vision_ms_per_call", "0 when model.vision is null", vision_call_ms)
+        vision_grid = None if "vision_ms" not in doc else self.grid(doc["vision_ms"], "time.vision_ms")
+        if not has_vision and vision_grid is not None:
+            raise self.fail("time.vision_ms", "absent when model.vision is null", doc["vision_ms"])
         return TimeFigures(
             attention_causal_ms=self.grid(self.get(attention, "time.attention_ms", "causal"),
                                           "time.attention_ms.causal"),
@@ -193,6 +196,8 @@ class _Parser:
             all_to_all_by_group_size_ms=self.keyed_grids(a2a, "time.all_to_all_ms", "by_group_size"),
             attention_ulysses_ms=self.keyed_grids(attention, "time.attention_ms", "ulysses"),
             linear_ms=None if "linear_ms" not in doc else self.grid(doc["linear_ms"], "time.linear_ms"),
+            attention_call_ms=0.0 if "attention_call_ms" not in doc else self.non_negative(doc, p, "attention_call_ms"),
+            vision_ms=vision_grid,
         )
 
     def keyed_grids(self, doc: dict[str, Any], path: str, key: str) -> dict[int, Grid] | None:

@@ -132,6 +132,14 @@ class TimeFigures:
     linear_ms: Grid | None = None
     """Non-attention work of one layer above its fixed cost, forward + backward, vs the tokens a rank
     holds (measured points: small shards run kernels below their peak); None: `linear_ms_per_token` x tokens."""
+    attention_call_ms: float = 0.0
+    """Fixed cost of one attention call of one layer on one rank, forward + backward, shared by every
+    document packed into the call (host-side launch and the kernels' floor); the attention grids then
+    hold what a document adds to it."""
+    vision_ms: Grid | None = None
+    """Vision encoder + merger, forward + backward, of one call on one rank vs the patches it encodes,
+    fixed cost included (measured points: a call's host-side floor hides small work); None:
+    `vision_ms_per_call` + `vision_ms_per_patch` x patches."""
 
     def attention_ms(self, mask: str) -> Grid:
         """The attention grid of a mask type."""
