@@ -20,6 +20,8 @@ def _placed_rounds(monkeypatch, ranks, lengths, patches):
         return out
 
     monkeypatch.setattr(planner, "_placed_round", recording)
+    # The search's own rounds, not a static layout that may replace them.
+    monkeypatch.setattr(planner, "fastest_for_lockstep_rounds", lambda plan, *args: plan)
     plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     validate_plan(plan, lengths.tolist(), cost, patches.tolist(), priced=True)
     return plan, placed

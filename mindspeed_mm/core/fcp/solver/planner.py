@@ -16,10 +16,11 @@ prices every group as if placed compactly; its starts are placed fastest first w
 beats the fastest placed so far, and the fastest as placed is kept (`_fastest_placed`).
 
 Under FSDP (lockstep rounds) with step figures in the cost model, round counts are compared with each
-round counted at least its parameter traffic (`fsdp_round_ms`), the time it really takes. Planned for
-replicas that meet only at the gradient reduction (`SolverConfig.step_semantics` INDEPENDENT), the
-plan is then weighed against every static layout run as independent replicas, and the one whose
-groups finish first, each waiting only for its own members, is kept.
+round counted at least its parameter traffic (`fsdp_round_ms`), the time it really takes. The plan is then
+weighed against every static DP x CP layout of the batch (`static_alternatives`) and the faster kept: in
+lockstep rounds, or, planned for replicas that meet only at the gradient reduction
+(`SolverConfig.step_semantics` INDEPENDENT), run as independent replicas, each group waiting only for its
+own members.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoFor
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
-from mindspeed_mm.core.fcp.solver.independent_plan import fastest_for_independent_groups
+from mindspeed_mm.core.fcp.solver.static_alternatives import fastest_for_independent_groups, fastest_for_lockstep_rounds
 from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
 from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, placements
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, GroupPlan, Plan, RoundPlan, SolverConfig
@@ -139,6 +140,8 @@ def plan_batch(
     )
     if config.step_semantics == INDEPENDENT:
         plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config)
+    elif not config.allow_idle_ranks:
+        plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
