@@ -32,6 +32,7 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
+from mindspeed_mm.core.fcp.solver.mindspeed_mm_runs import upstream_run
 from mindspeed_mm.core.fcp.solver.step_time import step_lower_bound_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
 
@@ -47,7 +48,11 @@ FCP_DDP = "fcp_ddp"
 
 TUNED = {"tuned_static_fsdp": LOCKSTEP, "tuned_static_ddp": INDEPENDENT}
 """Tuned static strategies and their execution semantics."""
-STRATEGIES = (FCP, FCP_DDP, *BASELINES, *TUNED)
+UPSTREAM = {"mindspeed_mm_sampler": ("mindspeed_mm_sampler", False),
+            "mindspeed_mm_sampler_tuned": ("mindspeed_mm_sampler", True),
+            "mindspeed_mm_dynamic_batching": ("mindspeed_mm_dynamic_batching", True)}
+"""What MindSpeed-MM's Qwen3-VL users run today (`solver.mindspeed_mm_runs`): (run, tuned layout)."""
+STRATEGIES = (FCP, FCP_DDP, *BASELINES, *TUNED, *UPSTREAM)
 """All strategies the simulator knows, FCP first."""
 REFERENCE = "megatron_static_cp"
 """Strategy that speedups are measured against."""
@@ -237,7 +242,7 @@ def _format_speedup(value: float) -> str:
 
 def _describe_extras(extras: dict[str, object]) -> str:
     if "algo" in extras:
-        return f" ({extras['algo']} {extras['cp_degree']}, tuned)"
+        return f" ({extras['algo']} {extras['cp_degree']}, {'tuned' if extras.get('tuned', True) else 'default'})"
     return f" (CP {extras['cp_degree']}, default)" if "cp_degree" in extras else ""
 
 
@@ -273,6 +278,8 @@ def _simulate_strategy(
     plans: list[Plan] = []
     if strategy in TUNED:
         return _tuned(dataset, strategy, batches, cost, config, progress)
+    if strategy in UPSTREAM:
+        return _upstream(dataset, strategy, batches, cost, config, progress)
     try:
         baseline = BASELINES.get(strategy)
         if baseline is not None and baseline.static_algo is not None:
@@ -320,6 +327,26 @@ def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.n
         lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, TUNED[strategy]) for p in tuned.plans),
         solver_ms=tuple(p.solver_ms for p in tuned.plans), rounds=tuple(p.num_rounds for p in tuned.plans),
         extras={"cp_degree": tuned.degree, "algo": tuned.algo})
+
+
+def _upstream(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
+              config: SimulationConfig, progress: "tqdm | None") -> StrategyResult:
+    run, tuned = UPSTREAM[strategy]
+    try:
+        chosen = upstream_run(batches, cost, config.solver, run, tuned=tuned)
+    except BaselineInfeasibleError as err:
+        return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
+    finally:
+        if progress is not None:
+            progress.update(len(batches))
+    if config.validate:
+        for plan, (lengths, patches) in zip(chosen.plans, batches):
+            validate_plan(plan, lengths, cost, patches, priced=True)
+    return StrategyResult(
+        dataset=dataset, strategy=strategy, iteration_ms=chosen.step_ms,
+        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, LOCKSTEP) for p in chosen.plans),
+        solver_ms=tuple(p.solver_ms for p in chosen.plans), rounds=tuple(p.num_rounds for p in chosen.plans),
+        extras={"cp_degree": chosen.degree, "algo": chosen.algo, "tuned": tuned})
 
 
 def draw_batches(config: SimulationConfig, dataset: str) -> list[tuple[np.ndarray, np.ndarray]]:
