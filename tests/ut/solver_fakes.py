@@ -77,6 +77,9 @@ class FakeCostModel:
     def without_memory_limit(self) -> "FakeCostModel":
         return FakeCostModel(self.table, max_tokens_per_rank=1 << 60, algos=self.algos)
 
+    def work_bound_model(self) -> "FakeCostModel":
+        return self.without_memory_limit()   # the fake is affine on one rank and has no floor
+
     def workload_columns(self, lengths, patches=None) -> None:
         return None   # fake workloads are not columns: the planner builds them one group at a time
 

@@ -72,14 +72,21 @@ def test_the_analytic_terms_the_measurements_replace_were_far_off() -> None:
 
 
 def test_the_fixed_cost_of_a_call_is_shared_by_its_documents() -> None:
-    """32,768 tokens in 256 documents of 128 cost 2.7 ms in one call on the device (part K); a model that put
-    the call's fixed cost on every document would predict hundreds of ms."""
+    """32,768 tokens in 256 documents of 128 cost 2.7 ms in one call on the device (part K), one document of
+    128 tokens 1.2 ms (part C); a model that put the call's fixed cost on every document would predict
+    hundreds of ms for the packed call."""
     cost = CostModel.from_preset("h200-qwen3vl-8b", recompute="none")
     coefficients = cost.coefficients
     layers = cost.table.layers_per_stage
     alpha, beta, gamma = coefficients.attention_fit
-    one_call = coefficients.attention_call_ms / layers + 256 * (alpha * 128 * 128 + beta * 128 + gamma)
-    assert one_call == pytest.approx(2.7433, rel=0.10)
+    call = coefficients.attention_call_ms / layers
+
+    def one_call(docs: int, length: int) -> float:
+        return max(call, docs * (alpha * length * length + beta * length + gamma))
+
+    assert one_call(256, 128) == pytest.approx(2.7433, rel=0.10)
+    assert one_call(1, 128) == pytest.approx(1.2093, rel=0.10)
+    assert 256 * one_call(1, 128) > 50 * one_call(256, 128)
 
 
 def test_other_tp_sizes_keep_the_analytic_compute_terms() -> None:

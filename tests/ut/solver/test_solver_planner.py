@@ -142,9 +142,10 @@ def test_large_batch_is_planned_quickly_enough_for_a_unit_test():
 
 
 # ---------------------------------------------------------------- what the lower bound relies on
-@pytest.mark.parametrize("cost", [A3_8B, H100_2B], ids=["a3-8b", "h100-2b"])
+@pytest.mark.parametrize("cost", [A3_8B, H100_2B, CostModel.from_preset("h200-qwen3vl-8b")],
+                         ids=["a3-8b", "h100-2b", "h200-8b-measured"])
 def test_cost_model_properties_behind_the_lower_bound(cost):
-    twin = cost.without_memory_limit()
+    twin = cost.work_bound_model()
     empty = twin.workload([])
     fixed = float(twin.best_time_ms(empty, np.array([1]))[0][0])
     rng = np.random.default_rng(4)
@@ -161,6 +162,9 @@ def test_cost_model_properties_behind_the_lower_bound(cost):
         assert np.all(degrees * times >= t_ab * (1 - 1e-12))
         # adding documents never speeds a group up
         assert np.all(times >= twin.best_time_ms(twin.workload(a), degrees)[0] * (1 - 1e-12))
+        # the model the work bound reads is never above the model itself
+        real = cost.without_memory_limit().best_time_ms(cost.workload(a + b), degrees)[0]
+        assert np.all(times <= real * (1 + 1e-12))
 
 
 def test_undominated_samples():

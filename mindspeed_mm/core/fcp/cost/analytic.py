@@ -64,7 +64,7 @@ class HardwarePreset:
     attention_half_tokens: float
     """Document length at which the attention kernel reaches half its long-document efficiency."""
     attention_call_ms: float
-    """Fixed cost of one attention forward + backward kernel pair."""
+    """The least one attention forward + backward call costs (its kernel pair's launch)."""
     launch_ms_per_layer: float
     """Unhidden host / launch cost per layer and round (forward + backward)."""
     runtime_bytes: float
@@ -256,7 +256,7 @@ def _attention_grid(dec: DecoderShape, hw: HardwarePreset, peak: float, tp: int,
 
     compute: FLOPs / (peak x eff x s / (s + s_half)); memory traffic: q, k, v, o read / written
     once forward, ATTENTION_BACKWARD_RATIO times that backward. The kernel pair's call cost is the
-    table's `attention_call_ms`, paid once per call whatever the documents in it.
+    table's `attention_call_ms`, the least a call costs whatever the documents in it.
     """
     lengths = [float(2**k) for k in range(6, 19)]
     heads = dec.heads // tp

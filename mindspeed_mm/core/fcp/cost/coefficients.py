@@ -6,9 +6,10 @@ Assumptions (all stated here once):
 - The attention core of one document of s tokens costs A(s) = alpha s^2 + beta s + gamma per
   layer (forward + backward), a fit of the table's grid for the model's mask (the causal grid
   carries the mask efficiency of about 1/2). A packed batch then needs only sum(s^2), sum(s) and
-  its document count, which keeps workloads additive and the time O(1) in documents. Each
-  attention call (one per layer and pass for Ulysses, one per layer and ring step) adds the
-  table's `attention_call_ms` once, whatever the documents it holds.
+  its document count, which keeps workloads additive and the time O(1) in documents. An
+  attention call (one per layer and pass for Ulysses, one per layer and ring step) costs at least
+  the table's `attention_call_ms` whatever the documents it holds: the host-side floor that small
+  calls pay and larger ones hide, shared by every document of the call.
 - Forward and backward are split with the table's backward/forward ratios (about 2 for matmuls,
   2.5 for attention); `recompute == "full"` runs the forward pass once more before backward.
 - The vision encoder runs on the group's patches split evenly over its ranks, in one call per rank
@@ -50,7 +51,7 @@ class StageCoefficients:
     gamma: float
     """Stage attention, ms per document (layers x gamma)."""
     attention_call_ms: float
-    """Stage attention, ms per call (layers x the table's `attention_call_ms`)."""
+    """Stage attention, the least one call costs (layers x the table's `attention_call_ms`)."""
     attention_forward_fraction: float
     """Forward share of the attention's forward + backward time."""
     forward_passes: int

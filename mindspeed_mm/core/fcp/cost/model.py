@@ -23,6 +23,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm_costs import CommCurve
+from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.cost.ring_costs import RingDegreeTerms, RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
@@ -92,6 +93,7 @@ class CostModel:
                                                                   layers, tm.all_to_all_by_group_size_ms))
         self._placed_timers: dict[int, tuple[RingTimer, UlyssesTimer]] = {}
         self._memory_free: CostModel | None = None
+        self._work_bound: CostModel | None = None
 
     def without_memory_limit(self) -> "CostModel":
         """The same model (same class, table and algos) with no memory limit, built once."""
@@ -100,6 +102,15 @@ class CostModel:
         if self._memory_free is None:
             self._memory_free = type(self)(self.table, algos=self.algos, memory_limited=False)
         return self._memory_free
+
+    def work_bound_model(self) -> "CostModel":
+        """The memory-free model the work bound reads (`solver.lower_bound`), built once: attention calls cost
+        their documents' work alone (no `attention_call_ms` floor) and the measured linear and vision curves
+        are replaced by their affine lower envelopes (`_affine_envelope`). Its times never exceed this
+        model's, and on one rank they are affine in the workload, as the bound needs."""
+        if self._work_bound is None:
+            self._work_bound = type(self)(_work_bound_table(self.table), algos=self.algos, memory_limited=False)
+        return self._work_bound
 
     @classmethod
     def from_preset(cls, name: str, *, max_tokens_per_rank: int | None = None,
@@ -337,6 +348,37 @@ class CostModel:
     def _mask_memory(self, columns: WorkloadColumns, d_int: np.ndarray, times: np.ndarray) -> None:
         """Set inf where the group's ranks cannot hold the batch (d x capacity < tokens)."""
         times[d_int * float(self.capacity_tokens) < columns.total_tokens] = np.inf
+
+
+def _affine_envelope(grid: Grid) -> tuple[float, float]:
+    """(intercept, slope) of a line at or below a `linear` grid everywhere from 0 up: the slope of its last
+    segment (where the grid's extrapolation continues) and the largest intercept that keeps the line under
+    every point (and under the grid's value at 0)."""
+    xs, ys = np.asarray(grid.x), np.asarray(grid.y)
+    slope = float((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+    intercept = min(float(np.min(ys - slope * xs)), float(grid(0.0)))
+    return intercept, slope
+
+
+def _work_bound_table(table: ProfileTable) -> ProfileTable:
+    """`table` with no attention call floor and affine linear and vision terms (`CostModel.work_bound_model`).
+
+    The linear curve's envelope a + b x per layer becomes b per token, its intercept going to the round's
+    fixed cost (`launch_ms`, with the layers and the recompute factor the coefficients apply to the curve;
+    kept >= 0); the vision curve's envelope becomes the per-call and per-patch costs.
+    """
+    tm = table.time
+    changes: dict[str, Any] = {"attention_call_ms": 0.0}
+    if tm.linear_ms is not None:
+        intercept, slope = _affine_envelope(tm.linear_ms)
+        passes = 2 if table.recompute == "full" else 1
+        scale = table.layers_per_stage * (1.0 + (passes - 1) / (1.0 + tm.linear_backward_ratio))
+        changes.update(linear_ms=None, linear_ms_per_token=max(slope, 1e-12),
+                       launch_ms=max(0.0, tm.launch_ms + scale * intercept))
+    if tm.vision_ms is not None:
+        intercept, slope = _affine_envelope(tm.vision_ms)
+        changes.update(vision_ms=None, vision_ms_per_patch=max(slope, 0.0), vision_ms_per_call=max(intercept, 0.0))
+    return dataclasses.replace(table, time=dataclasses.replace(tm, **changes))
 
 
 def _counts(values: Sequence[int], rule: str, minimum: int) -> np.ndarray:

@@ -369,7 +369,7 @@ def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, l
         analytic,
         attention_causal_ms=quadratic_grid(measured.attention),
         attention_full_ms=quadratic_grid((2.0 * alpha, beta, gamma)),
-        attention_off_diagonal_ms=None if measured.off_diagonal is None else quadratic_grid(measured.off_diagonal),
+        attention_off_diagonal_ms=None,
         attention_ulysses_ms={d: quadratic_grid(fit) for d, fit in measured.ulysses.items()} or None,
         attention_backward_ratio=measured.attention_backward_ratio,
         attention_call_ms=measured.attention_call_ms,

@@ -2,7 +2,8 @@
 
 Per-document zigzag sharding (each document cut into 2d chunks, rank j holding chunks j and
 2d-1-j) balances causal work, so each of the d steps of a pass computes an (s/d) x (s/d) block of
-every document: c(d) = alpha sum(s^2)/d^2 + beta T/d + gamma n + call, one attention call per step. While a block computes, the next
+every document: c(d) = max(call, alpha sum(s^2)/d^2 + beta T/d + gamma n), one attention call per step,
+which costs at least the table's `attention_call_ms`. While a block computes, the next
 KV block travels (forward: K and V; backward: K and V plus the dK, dV accumulators, twice the
 bytes), so a pass costs c + (d - 1) max(c', p2p(bytes)), c' being an off-diagonal step (c'
 = c unless the table profiles that block). A group of more than ranks_per_node ranks spans nodes
@@ -67,12 +68,12 @@ class RingTimer:
         """Forward + backward time (ms) [K, W] of workload k at degree [k, w] of `t` (memory not
         checked)."""
         c = self._c
-        # One step's block compute (forward + backward): alpha sum(s^2)/d^2 + beta T/d + gamma n + call.
+        # One step's block compute (forward + backward): max(call, alpha sum(s^2)/d^2 + beta T/d + gamma n).
         step = t.inv * (c.alpha * w.sum_sq_tokens)
         step += c.beta * w.total_tokens
         step *= t.inv
         step += c.gamma * w.num_docs
-        step += c.attention_call_ms
+        np.maximum(step, c.attention_call_ms, out=step)
         kv = c.kv_bytes_per_token * w.total_tokens
         if t.p2p_base is not None and t.p2p_slope_inv is not None:
             p_fwd = t.p2p_slope_inv * kv
@@ -103,13 +104,13 @@ class RingTimer:
         return step
 
     def _block(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
-        """Compute (forward + backward) of one off-diagonal step: alpha' sum(s^2)/d^2 + beta' T/d + gamma' n + call."""
+        """Compute (forward + backward) of one off-diagonal step: max(call, alpha' sum(s^2)/d^2 + beta' T/d + gamma' n)."""
         alpha, beta, gamma = self._c.off_diagonal
         block = t.inv * (alpha * w.sum_sq_tokens)
         block += beta * w.total_tokens
         block *= t.inv
         block += gamma * w.num_docs
-        block += self._c.attention_call_ms
+        np.maximum(block, self._c.attention_call_ms, out=block)
         return block
 
     def _hop(self, compute: np.ndarray, transfer: np.ndarray) -> np.ndarray:

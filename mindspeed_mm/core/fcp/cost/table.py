@@ -24,9 +24,8 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
   (every rank of a group holding patches encodes its share in one call per round).
 - `time.vision_ms` (optional): the encoder's forward + backward of one call on one rank against the
   patches `x` it encodes, fixed cost included; replaces `vision_ms_per_call` + `vision_ms_per_patch`.
-- `time.attention_call_ms` (optional, default 0): fixed cost of one attention call of one layer on one
-  rank, forward + backward, shared by every document of the call; the attention grids then hold what
-  one document adds to a call.
+- `time.attention_call_ms` (optional, default 0): the least one attention call of one layer on one rank
+  costs, forward + backward; a call costs the larger of it and the sum of its documents' grid times.
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
 - `time.p2p_ms.{intra,inter}`: one point-to-point send of `x` bytes between two ranks.
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.

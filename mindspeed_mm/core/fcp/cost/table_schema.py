@@ -133,9 +133,9 @@ class TimeFigures:
     """Non-attention work of one layer above its fixed cost, forward + backward, vs the tokens a rank
     holds (measured points: small shards run kernels below their peak); None: `linear_ms_per_token` x tokens."""
     attention_call_ms: float = 0.0
-    """Fixed cost of one attention call of one layer on one rank, forward + backward, shared by every
-    document packed into the call (host-side launch and the kernels' floor); the attention grids then
-    hold what a document adds to it."""
+    """The least one attention call of one layer on one rank costs, forward + backward (host-side launch
+    and the kernels' floor): a call costs the larger of it and the sum of its documents' grid times, so
+    the documents packed into one call share it."""
     vision_ms: Grid | None = None
     """Vision encoder + merger, forward + backward, of one call on one rank vs the patches it encodes,
     fixed cost included (measured points: a call's host-side floor hides small work); None:

@@ -122,8 +122,8 @@ class UlyssesTimer:
         tokens = w.total_tokens
         half = len(cols.inv)
         out = c.non_attention_ms(tokens, w.vision_patches, cols.inv)
-        out += c.attention_passes_scale * (cols.alpha * w.sum_sq_tokens + cols.beta * tokens
-                                           + cols.gamma * w.num_docs + c.attention_call_ms)
+        out += c.attention_passes_scale * np.maximum(cols.alpha * w.sum_sq_tokens + cols.beta * tokens
+                                                     + cols.gamma * w.num_docs, c.attention_call_ms)
         # The two all-to-alls one after the other: [K, n] arrays broadcast faster than one [K, 2n].
         for part in (slice(None, half), slice(half, None)):
             if cols.affine is not None:

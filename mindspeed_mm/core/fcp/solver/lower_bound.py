@@ -6,8 +6,10 @@ Two bounds, the larger counts:
   is no communication and the time is affine in the additive workload: T(S, 1) = F + sum over S of
   (T({i}, 1) - F), with F = T({}, 1) the fixed cost of a group. With at least R_min rounds of at
   least one group each, the step takes at least (R_min * F + T(V, 1) - F) / N for the whole batch V.
-  T(., 1) is read from the cost model's copy without the memory limit (`without_memory_limit`) (a long sample's single-
-  rank time is a bound even if it could never run there). Summing each sample's best device time
+  T(., 1) is read from the cost model's relaxed copy (`CostModel.work_bound_model`: no memory limit, no
+  attention call floor, the measured linear and vision curves replaced by affine lower envelopes): its
+  times are never above the model's, and they are affine on one rank as the bound needs (a long
+  sample's single-rank time is a bound even if it could never run there). Summing each sample's best device time
   min_d d * T({i}, d) instead would not be a bound: packing lets one sample's ring transfers hide
   under another's compute and shares the launch cost, so a packed group can use fewer
   rank-milliseconds than its samples would apart.
@@ -48,15 +50,16 @@ def step_lower_bound(
     min_rounds: int,
 ) -> float:
     """max(work bound, longest-sample bound) for one step; see the module docstring."""
-    twin = GroupTimer(cost.without_memory_limit(), 1)
-    times, _ = twin.evaluate([cost.workload(lengths, patches), cost.workload([])], [1, 1], 1, 1)
-    whole_ms, empty_ms = times[:, 0].tolist()
-    return max(work_bound(whole_ms, empty_ms, num_ranks, min_rounds),
+    return max(work_bound(cost, lengths, patches, num_ranks, min_rounds),
                longest_sample_bound(cost, sample_workloads, lengths, patches, timer))
 
 
-def work_bound(whole_ms: float, empty_ms: float, num_ranks: int, min_rounds: int) -> float:
-    """The work bound from T(V, 1) and F = T({}, 1) of the memory-free model (module docstring)."""
+def work_bound(cost: "CostModel", lengths: Sequence[int], patches: Sequence[int] | None, num_ranks: int,
+               min_rounds: int) -> float:
+    """The work bound (module docstring) from T(V, 1) and F = T({}, 1) of `work_bound_model`."""
+    twin = GroupTimer(cost.work_bound_model(), 1)
+    times, _ = twin.evaluate([cost.workload(lengths, patches), cost.workload([])], [1, 1], 1, 1)
+    whole_ms, empty_ms = times[:, 0].tolist()
     return (min_rounds * empty_ms + whole_ms - empty_ms) / num_ranks
 
 

@@ -109,11 +109,10 @@ def plan_batch(
         sizes = tuple(1 << k for k in range(top.bit_length()))
         limits = replace(_LEAN, uniform_degrees=sizes)
     solver = RoundSolver(facts, timer, capacity, n_ranks, limits)
-    # The lower bound (see `lower_bound`) from the memory-free times the search uses too: the longest
-    # sample's best time, queried with T(whole batch, d) and T({}, d), which give the work bound.
+    # The lower bound (see `lower_bound`): the longest sample's best time from the memory-free times the
+    # search uses too, and the work bound.
     longest = float(solver.alone_best_ms(undominated_samples(length_arr, patch_arr)).max())
-    whole, empty = solver.whole_batch_ms()
-    lower_bound = max(work_bound(float(whole[0]), float(empty[0]), n_ranks, fewest_rounds), longest)
+    lower_bound = max(work_bound(cost, lengths, patch_list, n_ranks, fewest_rounds), longest)
     # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
     floor = round_floor(cost, config.step_semantics)
 
