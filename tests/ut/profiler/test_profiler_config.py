@@ -26,7 +26,7 @@ def test_defaults_profile_the_tiny_decoder_on_the_cpu_clock() -> None:
         ({"linear_tokens": (64, -1)}, r"--linear-tokens\[1\] must be an int >= 1, got -1"),
         ({"message_bytes": (1024, 1024)}, r"--message-bytes must be strictly increasing"),
         ({"message_bytes": (0, 1024)}, r"--message-bytes\[0\] must be an int >= 1, got 0"),
-        ({"world_size": 1}, r"--world-size must be >= 2"),
+        ({"world_size": 1}, r"--world-size 1 measures no communication"),
         ({"world_size": 0}, r"--world-size must be a positive int, got 0"),
         ({"repeats": 0}, r"--repeats must be a positive int, got 0"),
         ({"sweeps": 2.5}, r"--sweeps must be a positive int, got 2.5"),

@@ -126,7 +126,7 @@ def test_a_killed_profile_leaves_no_temporary_folder(tmp_path: Path) -> None:
         (["-o", "{tmp}/missing/t.json"], "folder .*missing does not exist"),
         (["-o", "{tmp}/t.json", "--report", "{tmp}/r.json"], "--report needs --validate"),
         (["--check-table", "{tmp}/t.json"], "--check-table needs --validate"),
-        (["-o", "{tmp}/t.json", "--world-size", "1"], "--world-size must be >= 2"),
+        (["-o", "{tmp}/t.json", "--world-size", "1"], "--world-size 1 measures no communication"),
         (["-o", "{tmp}/t.json", "--dtype", "bf16"], "the CPU profile runs fp32 only"),
         (["-o", "{tmp}/t.json", "--vision-frame-groups", "4"], "--vision-frame-groups needs at least 2 values"),
     ],

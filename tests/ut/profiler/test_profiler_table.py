@@ -34,6 +34,7 @@ STEP_MS = {"optimizer": 3.0, "all_reduce": 7.0, "all_gather": 2.0, "reduce_scatt
 FSDP_TRAFFIC_MS, FSDP_OVERLAP = 6.0, 0.4       # FSDP2 rounds: max(pass, t) + (1 - w) min(pass, t)
 VISION_CALL_MS, VISION_PATCH_MS = 1.2, 0.005   # encoder: per call, per patch
 VISION_ACTIVATION = 9000.0                      # bytes per merged token
+CALL_FLOOR_MS = 0.3                             # one document alone in an attention call: floor + 1 us per token
 
 
 def attention_ms(kind: str, s: int) -> float:
@@ -61,6 +62,8 @@ def measurements(rank: int, p2p_busy: str, whole_ms: dict[tuple[int, ...], float
             if kind == "causal":
                 m.attention_forward[(kind, s)] = _samples(attention_ms(kind, s) / 3.5)   # backward = 2.5 x forward
                 m.ulysses_attention[(2, s)] = _samples(0.7 * attention_ms(kind, s))    # half the heads, 0.7 x time
+    for s in CONFIG.call_floor_lengths:
+        m.attention_call[s] = _samples(CALL_FLOOR_MS + 1e-3 * s, 0.05)
     for layers, launch in ((1, LAUNCH_1), (2, LAUNCH_2)):
         for tokens in CONFIG.linear_tokens:
             both = launch + (layers * LAYER_MS + OUTPUT_MS) * tokens
@@ -125,6 +128,8 @@ def test_every_figure_comes_from_the_measurements() -> None:
     assert t.attention_ulysses_ms is not None and set(t.attention_ulysses_ms) == {2}
     np.testing.assert_allclose(t.attention_ulysses_ms[2].y,
                                [0.7 * attention_ms("causal", s) for s in (16, 32, 64, 128)])
+    # The call floor: the fastest single-document call of the two shortest lengths.
+    assert CONFIG.call_floor_lengths == (16, 32) and t.attention_call_ms == pytest.approx(CALL_FLOOR_MS + 16e-3)
     assert t.attention_backward_ratio == pytest.approx(2.5)
     assert t.linear_backward_ratio == pytest.approx(2.0)
     assert t.linear_ms_per_token == pytest.approx(LAYER_MS)

@@ -51,9 +51,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "profile",
         help="measure the cost model's profile table on this host (and validate it)",
-        description="Time attention (causal, full, off-diagonal ring block), linear work, point-to-point and "
-        "all-to-all exchanges and memory of a model shape on the current device, on several processes at once, "
-        "and write the profile table the cost model reads. --validate also runs real group executions of mixed "
+        description="Time attention (causal, full, off-diagonal ring block, the call's floor), linear work, "
+        "point-to-point and all-to-all exchanges and memory of a model shape on the current device, on several "
+        "processes at once (or on one device with --world-size 1, the links from --comm-from), and write the profile "
+        "table the cost model reads. --validate also runs real group executions of mixed "
         "packed batches (degrees 1..world size, ring and Ulysses) between the measurement sweeps and prints "
         "predicted against measured time.",
     )
@@ -71,12 +72,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--device", default="cpu", choices=DEVICES, help="device kind (default cpu)")
     parser.add_argument("--backend", help="torch.distributed backend (default: gloo / nccl / hccl by device)")
     parser.add_argument("--dtype", default="fp32", choices=DTYPES, help="dtype (default fp32)")
-    parser.add_argument("--world-size", type=positive_int, default=4, help="processes measuring at once (default 4)")
+    parser.add_argument("--world-size", type=positive_int, default=4,
+                        help="processes measuring at once (default 4); 1 measures the compute terms on one device, "
+                        "taking the communication terms from --comm-from")
+    parser.add_argument("--comm-from", metavar="PRESET|FILE",
+                        help="with --world-size 1: the hardware preset (h200, a3, ...) or the profile table measured "
+                        "with several processes on the real node whose links, FSDP round and gradient reduction the "
+                        "table takes")
     parser.add_argument("--ranks-per-node", type=positive_int, default=8, help="recorded in the table (default 8)")
     parser.add_argument("--attention-lengths", type=size_list, default=DEFAULT_ATTENTION_LENGTHS, metavar="L,L,...",
                         help=f"document lengths of the attention grids (default {_csv(DEFAULT_ATTENTION_LENGTHS)})")
     parser.add_argument("--linear-tokens", type=size_list, default=DEFAULT_LINEAR_TOKENS, metavar="T,T,...",
                         help=f"batch sizes of the linear measurements (default {_csv(DEFAULT_LINEAR_TOKENS)})")
+    parser.add_argument("--attention-tokens-per-call", type=positive_int, default=2048, metavar="T",
+                        help="most tokens of one timed attention call of several documents (default 2048); on a "
+                        "device whose calls have a large fixed floor, enough to exceed it (e.g. 32768 on an H200)")
+    parser.add_argument("--attention-docs-per-call", type=positive_int, default=8, metavar="N",
+                        help="most documents of one timed attention call (default 8)")
     parser.add_argument("--message-bytes", type=size_list, default=DEFAULT_MESSAGE_BYTES, metavar="B,B,...",
                         help=f"message sizes of the communication grids (default {_csv(DEFAULT_MESSAGE_BYTES)})")
     parser.add_argument("--repeats", type=positive_int,
@@ -114,6 +126,8 @@ def _config(args: argparse.Namespace) -> ProfileConfig:
         backend=args.backend or DEFAULT_BACKEND[args.device], world_size=args.world_size,
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,
         linear_tokens=args.linear_tokens, message_bytes=args.message_bytes, warmup=args.warmup,
+        attention_tokens_per_call=args.attention_tokens_per_call, attention_docs_per_call=args.attention_docs_per_call,
+        comm_from=args.comm_from,
         repeats=args.repeats or repeats, sweeps=args.sweeps or sweeps, statistic=args.statistic, clock=args.clock,
         nice=args.nice,
     )
@@ -138,8 +152,10 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
         f"profiling took {prov['profile_seconds']:.0f} s, load average {_load(prov.get('load_average_before'))} -> "
         f"{_load(prov.get('load_average'))}",
         f"attention causal per layer and document (tokens:ms)  {causal}",
+        f"attention call floor {tm.attention_call_ms:.3g} ms per layer",
         f"linear {tm.linear_ms_per_token * 1e3:.2f} us/token/layer, output {tm.output_ms_per_token * 1e3:.2f} "
         f"us/token, launch {tm.launch_ms:.2f} ms, transfer overlap {tm.comm_overlap:.2f}",
+        f"communication  {prov['term_sources']['communication']}",
         f"whole decoder / sum of its timed parts {prov['composition']['factor']:.3f} (compute terms scaled by it)"
         if "composition" in prov else "compute terms unscaled (no composition probes)",
         f"p2p {tm.p2p_intra_ms.y[0]:.2f}..{tm.p2p_intra_ms.y[-1]:.2f} ms, all-to-all "
@@ -164,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         validate,
     )
 
+    if args.validate and args.world_size == 1:
+        raise ValueError("--validate runs groups of several ranks: it needs --world-size >= 2")
     if args.report is not None and not args.validate:
         raise ValueError("--report needs --validate")
     if args.report is not None:

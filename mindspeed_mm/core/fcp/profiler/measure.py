@@ -69,6 +69,8 @@ class RankMeasurements:
 
     attention: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """(kind, document length) -> forward + backward of one layer's attention core, per document."""
+    attention_call: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    """Document length -> forward + backward of one causal call holding that one document (the call floor)."""
     attention_forward: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """(`causal`, document length) -> forward alone, per document (for the backward / forward ratio)."""
     ulysses_attention: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
@@ -160,7 +162,7 @@ class RankProfiler:
         shape = self.config.model
         shapes = {}
         for degree in ulysses_degrees(shape.heads, shape.kv_heads):
-            if 2 <= degree <= self.world_size:
+            if 2 <= degree <= self.config.ulysses_degree_limit:
                 kv = shape.kv_heads * kv_repeat_factor(shape.heads, shape.kv_heads, degree) // degree
                 shapes[degree] = dataclasses.replace(shape, heads=shape.heads // degree, kv_heads=kv)
         return shapes
@@ -173,7 +175,7 @@ class RankProfiler:
     def steps(self) -> int:
         """Measurements in one sweep (for progress bars)."""
         c = self.config
-        return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths)
+        return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths) + len(c.call_floor_lengths)
                 + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
                 + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1 + len(c.linear_tokens)
                 + (0 if self.encoder is None else len(c.vision_frame_groups)))
@@ -193,6 +195,10 @@ class RankProfiler:
                 if forward is not None:
                     out.attention_forward[(kind, length)] = tuple(t / docs for t in forward.times_ms)
                 on_step(f"attention {kind} {length}")
+        for length in c.call_floor_lengths:
+            alone, _ = attention_samples(c.model, "causal", length, 1, c.dtype, timing, c.seed, forward_too=False)
+            out.attention_call[length] = alone.times_ms
+            on_step(f"attention call {length}")
         mask = c.model.attention_mask
         for degree, shape in self.ulysses_shapes.items():
             for length in c.attention_lengths:

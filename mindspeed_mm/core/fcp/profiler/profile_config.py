@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from mindspeed_mm.core.fcp.cost.presets import MODELS
+from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
 from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
 from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape, VisionShape
 from mindspeed_mm.core.fcp.profiler.timing import STATISTICS, check_clock
@@ -108,6 +109,10 @@ class ProfileConfig:
     """Limit on one measurement world (seconds)."""
     nice: int | None = None
     """Scheduling priority of the measuring processes, -20..19 (None: unchanged); see `world.raise_priority`."""
+    comm_from: str | None = None
+    """Where a one-process profile (`world_size` 1, one device) takes its communication terms from: a hardware
+    preset (`h200`, `a3`, ...) or a profile table measured with several processes on the real node. None
+    with several processes, which measure them."""
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -123,8 +128,15 @@ class ProfileConfig:
                               ("--busy-block-length", self.busy_block_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option} must be a positive int, got {value!r}")
-        if self.world_size < 2:
-            raise ValueError(f"--world-size must be >= 2 to measure communication, got {self.world_size}")
+        if self.world_size == 1 and self.comm_from is None:
+            raise ValueError("--world-size 1 measures no communication: name where its terms come from with "
+                             f"--comm-from (a hardware preset of {sorted(HARDWARE)} or a profile table file)")
+        if self.world_size > 1 and self.comm_from is not None:
+            raise ValueError(f"--comm-from is for a one-process profile (--world-size 1); {self.world_size} "
+                             "processes measure the communication themselves")
+        if self.comm_from is not None and self.comm_from not in HARDWARE and not Path(self.comm_from).is_file():
+            raise ValueError(f"--comm-from {self.comm_from!r}: neither a hardware preset ({', '.join(sorted(HARDWARE))}) "
+                             "nor a profile table file")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"--warmup must be an int >= 0, got {self.warmup!r}")
         if self.clock == "auto":
@@ -156,6 +168,17 @@ class ProfileConfig:
                              patch_size=enc.patch_size, spatial_merge=enc.spatial_merge,
                              temporal_patch=enc.temporal_patch)
         return dataclasses.replace(self.model, vision=vision)
+
+    @property
+    def ulysses_degree_limit(self) -> int:
+        """Largest Ulysses degree whose one-rank attention is timed: the world's size, or on one process the
+        ranks of a node (the attention of heads / d heads is compute alone)."""
+        return self.world_size if self.world_size > 1 else self.ranks_per_node
+
+    @property
+    def call_floor_lengths(self) -> tuple[int, ...]:
+        """Document lengths timed alone in one call, for the attention call's floor: the two shortest."""
+        return tuple(sorted(self.attention_lengths)[:2])
 
     def docs_per_call(self, length: int) -> int:
         """Documents of `length` tokens packed into one timed attention call."""

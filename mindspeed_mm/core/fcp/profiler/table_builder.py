@@ -121,6 +121,73 @@ def comm_curve(kind: str, size: int, config: ProfileConfig, times: dict[tuple[st
     return CommCurve(_grid(sent, ys, "linear"), overlap)
 
 
+@dataclass(frozen=True)
+class Links:
+    """The communication terms of a table and where they come from."""
+
+    p2p_intra: Grid
+    p2p_inter: Grid
+    a2a_intra: Grid
+    a2a_inter: Grid
+    p2p_by_size: dict[int, Grid] | None
+    a2a_by_size: dict[int, Grid] | None
+    overlap: float
+    intra_bytes_per_s: float
+    inter_bytes_per_s: float
+    step: StepFigures | None
+    """The source's step figures (a one-process profile takes its FSDP round and reduction); None when measured."""
+    source: str
+    """Where the terms come from, for the provenance."""
+    provenance: dict[str, Any]
+    """The raw figures behind the terms."""
+
+
+def measured_links(config: ProfileConfig, comm: dict[tuple[str, int, int], "CommTimes"]) -> Links:
+    """The communication terms the world measured. A host is one node: the largest group measured, every rank
+    busy, stands for both link kinds (and for group sizes beyond the ones measured)."""
+    sizes = range(2, config.world_size + 1)
+    curves = {(kind, size): comm_curve(kind, size, config, comm) for kind in COMM_KINDS for size in sizes}
+    p2p_curve = curves[("p2p", config.world_size)]
+    p2p, a2a = p2p_curve.grid, curves[("all_to_all", config.world_size)].grid
+    _, p2p_slope = fit_line(p2p.x, p2p.y)
+    bandwidth = 1e3 / p2p_slope if p2p_slope > 0 else float(max(config.message_bytes)) * 1e3 / p2p.y[-1]
+    return Links(
+        p2p, p2p, a2a, a2a, {size: curves[("p2p", size)].grid for size in sizes},
+        {size: curves[("all_to_all", size)].grid for size in sizes}, p2p_curve.overlap, bandwidth, bandwidth, None,
+        f"measured by {config.world_size} processes ({config.backend})",
+        {"busy_block_ms": median_of([t.block_ms for t in comm.values()]),
+         "comm_ms_by_group_size": {
+             f"{kind} {size} ranks": {
+                 "bytes": list(config.message_bytes),
+                 "alone": [comm[(kind, size, b)].alone_ms for b in config.message_bytes],
+                 "busy": [comm[(kind, size, b)].busy_ms for b in config.message_bytes],
+                 "block": [comm[(kind, size, b)].block_ms for b in config.message_bytes],
+                 "overlap": curve.overlap,
+             } for (kind, size), curve in curves.items()}})
+
+
+def links_from(config: ProfileConfig) -> Links:
+    """The communication terms of a one-process profile: those of a hardware preset (built for the profiled
+    model shape and dtype) or of a profile table measured with several processes on the real node."""
+    from mindspeed_mm.core.fcp.cost.presets import HARDWARE, build_preset_table
+
+    source = config.comm_from
+    assert source is not None
+    if source in HARDWARE:
+        table = build_preset_table(source, config.model.name, dtype=config.dtype, recompute="none",
+                                   ranks_per_node=config.ranks_per_node)
+        described = f"hardware preset {source}"
+    else:
+        table = ProfileTable.load(source)
+        described = f"profile table {source}"
+    tm, hw = table.time, table.hardware
+    return Links(tm.p2p_intra_ms, tm.p2p_inter_ms, tm.all_to_all_intra_ms, tm.all_to_all_inter_ms,
+                 tm.p2p_by_group_size_ms, tm.all_to_all_by_group_size_ms, tm.comm_overlap,
+                 hw.intra_node_bytes_per_s, hw.inter_node_bytes_per_s, table.step, described,
+                 {"comm_source_provenance": {k: table.provenance.get(k) for k in ("source", "preset", "hardware")
+                                             if k in table.provenance}})
+
+
 def composition_factor(table: ProfileTable, whole: dict[tuple[int, ...], float]) -> tuple[float, dict[str, float]]:
     """Measured / predicted time of the whole decoder on the composition probes (local attention).
 
@@ -136,7 +203,8 @@ def composition_factor(table: ProfileTable, whole: dict[tuple[int, ...], float])
 
 
 def scaled_compute(time: TimeFigures, factor: float) -> TimeFigures:
-    """`time` with every compute term (attention grids, linear, output, launch) times `factor`; links unchanged."""
+    """`time` with every compute term (attention grids and call floor, linear, output, launch) times `factor`;
+    links unchanged."""
 
     def scaled(grid: Grid) -> Grid:
         return Grid(grid.x, tuple(y * factor for y in grid.y), grid.scale)
@@ -153,6 +221,7 @@ def scaled_compute(time: TimeFigures, factor: float) -> TimeFigures:
         linear_ms=None if time.linear_ms is None else scaled(time.linear_ms),
         output_ms_per_token=time.output_ms_per_token * factor,
         launch_ms=time.launch_ms * factor,
+        attention_call_ms=time.attention_call_ms * factor,
     )
 
 
@@ -212,20 +281,20 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     comm = _merged_comm(ranks, statistic)
     grids = attention_grids(config, attention)
     per_layer, output, launch = linear_figures(config, decoder)
-    curves = {(kind, size): comm_curve(kind, size, config, comm)
-              for kind in COMM_KINDS for size in range(2, config.world_size + 1)}
-    # A host is one node: the largest group measured, every rank busy, stands for both link kinds
-    # (and for group sizes beyond the ones measured).
-    p2p_curve = curves[("p2p", config.world_size)]
-    p2p, a2a = p2p_curve.grid, curves[("all_to_all", config.world_size)].grid
-    _, p2p_slope = fit_line(p2p.x, p2p.y)
-    bandwidth = 1e3 / p2p_slope if p2p_slope > 0 else float(max(config.message_bytes)) * 1e3 / p2p.y[-1]
+    call_floor = min(_merged(ranks, "attention_call", statistic).values())
+    step, whole_linear, fsdp = (_merged(ranks, name, statistic) for name in ("step", "whole_linear", "fsdp_round"))
+    if config.world_size > 1:
+        links = measured_links(config, comm)
+        step_section = step_figures(step, whole_linear, fsdp)
+    else:
+        links = links_from(config)
+        step_section = dataclasses.replace(links.step, optimizer_ms=step["optimizer"]) if links.step is not None \
+            else None
 
     low, high = (sum(lengths) for lengths in MEMORY_PROBE_LENGTHS)
     activation = median_of([(m.activation_bytes[high] - m.activation_bytes[low]) / (high - low)
                             for m in rank_facts])
     vision, vision_notes = _vision(config, ranks, rank_facts)
-    step, whole_linear, fsdp = (_merged(ranks, name, statistic) for name in ("step", "whole_linear", "fsdp_round"))
     causal_keys = [("causal", x) for x in config.attention_lengths]
     decoder_keys = list(decoder)
     time = TimeFigures(
@@ -238,19 +307,19 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         vision_ms_per_patch=vision.ms_per_patch,
         vision_ms_per_call=vision.ms_per_call,
         launch_ms=launch,
-        p2p_intra_ms=p2p,
-        p2p_inter_ms=p2p,
-        all_to_all_intra_ms=a2a,
-        all_to_all_inter_ms=a2a,
+        p2p_intra_ms=links.p2p_intra,
+        p2p_inter_ms=links.p2p_inter,
+        all_to_all_intra_ms=links.a2a_intra,
+        all_to_all_inter_ms=links.a2a_inter,
         attention_off_diagonal_ms=grids["block"],
         attention_ulysses_ms={degree: _grid(config.attention_lengths,
                                             [ulysses[(degree, x)] for x in config.attention_lengths], "loglog")
                               for degree in sorted({d for d, _ in ulysses})} or None,
-        comm_overlap=p2p_curve.overlap,
+        comm_overlap=links.overlap,
         linear_ms=linear_curve(config, decoder),
-        p2p_by_group_size_ms={size: curves[("p2p", size)].grid for size in range(2, config.world_size + 1)},
-        all_to_all_by_group_size_ms={size: curves[("all_to_all", size)].grid
-                                     for size in range(2, config.world_size + 1)},
+        p2p_by_group_size_ms=links.p2p_by_size,
+        all_to_all_by_group_size_ms=links.a2a_by_size,
+        attention_call_ms=call_floor,
     )
     memory = MemoryFigures(
         static_bytes=float(median_of([m.training_state_bytes for m in rank_facts])),
@@ -265,8 +334,8 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         memory_bytes=int(facts["rank_memory_bytes"]),
         usable_memory_fraction=USABLE_MEMORY_FRACTION,
         peak_tflops=max(median_of([m.matmul_tflops for m in rank_facts]), 1e-6),
-        intra_node_bytes_per_s=bandwidth,
-        inter_node_bytes_per_s=bandwidth,
+        intra_node_bytes_per_s=links.intra_bytes_per_s,
+        inter_node_bytes_per_s=links.inter_bytes_per_s,
     )
     provenance = {
         "source": "measured by fcp profile",
@@ -282,15 +351,15 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "vision_window_patches": None if config.encoder is None else config.encoder.attention_window,
         },
         "phase_seconds": {k: round(v, 1) for k, v in rank_facts[0].phase_seconds.items()},
-        "busy_block_ms": median_of([t.block_ms for t in comm.values()]),
-        "comm_ms_by_group_size": {
-            f"{kind} {size} ranks": {
-                "bytes": list(config.message_bytes),
-                "alone": [comm[(kind, size, b)].alone_ms for b in config.message_bytes],
-                "busy": [comm[(kind, size, b)].busy_ms for b in config.message_bytes],
-                "block": [comm[(kind, size, b)].block_ms for b in config.message_bytes],
-                "overlap": curve.overlap,
-            } for (kind, size), curve in curves.items()},
+        "term_sources": {
+            "compute": f"measured by {config.world_size} process(es) on {config.device}",
+            "communication": links.source,
+            "step": "optimizer measured; " + ("FSDP round and gradient reduction measured" if config.world_size > 1
+                                              else f"FSDP round and gradient reduction from {links.source}"),
+        },
+        **links.provenance,
+        "attention_call_ms_by_length": {str(k): v for k, v in
+                                        sorted(_merged(ranks, "attention_call", statistic).items())},
         "fsdp2_round_ms_by_tokens": {str(t): {"unsharded": whole_linear[t], "fsdp2": fsdp[t]} for t in sorted(fsdp)},
         "bulk_collectives_ms": {kind: step[kind] for kind in ("all_gather", "reduce_scatter") if kind in step},
         "vision_ms_by_frame_groups": {str(groups): ms for groups, ms in
@@ -300,9 +369,16 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             "Every rank of the measurement world ran each measurement at the same time, so the figures are "
             "those of one rank on a fully loaded host.",
             "Grids are made monotone (pool adjacent violators) where noise broke monotonicity.",
-            "One host is one node: the inter-node grids repeat the intra-node measurements.",
-            "Communication grids: the transfer alone where a compute block hides part of it, else what it adds "
-            "to a busy step (see comm_ms_by_group_size: alone, busy = with the reference block, block alone).",
+            *(["One host is one node: the inter-node grids repeat the intra-node measurements.",
+               "Communication grids: the transfer alone where a compute block hides part of it, else what it adds "
+               "to a busy step (see comm_ms_by_group_size: alone, busy = with the reference block, block alone)."]
+              if config.world_size > 1 else
+              [f"One process measured the compute terms; the links, the FSDP round and the gradient reduction are "
+               f"those of the {links.source}."]),
+            "attention_call_ms: the least one call costs, the fastest of one document of the shortest profiled "
+            "lengths alone in a call (attention_call_ms_by_length); the grids hold a document's share of calls of "
+            "several documents, which on devices whose calls have a large floor must hold enough tokens to "
+            "exceed it (--attention-tokens-per-call).",
             "static_bytes: parameters, gradients and Adam state after one step, without sharding.",
             f"step: Adam over the whole decoder on each rank; the gradient reduction is one fp32 all-reduce over the "
             f"{config.world_size} measuring ranks. fsdp_round_ms and fsdp_overlap fit round = max(pass, traffic) + "
@@ -314,8 +390,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         ],
     }
     parts = ProfileTable(hardware=hardware, model=config.table_model, dtype=config.dtype, tp=1, pp=1, recompute="none",
-                         time=time, memory=memory, step=step_figures(step, whole_linear, fsdp),
-                         provenance=provenance)
+                         time=time, memory=memory, step=step_section, provenance=provenance)
     factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
     provenance["composition"] = {"factor": factor, "measured_over_parts_by_probe": ratios}
     provenance["notes"].append(

@@ -167,7 +167,7 @@ def _labels(runs: Sequence[StrategyResult]) -> str:
         return ""
     if "algo" in extras[0]:
         shown = sorted({f"{e['algo']} {e['cp_degree']}" for e in extras})
-        return f" ({'/'.join(shown)}, tuned)"
+        return f" ({'/'.join(shown)}, {'tuned' if extras[0].get('tuned', True) else 'default'})"
     degrees = sorted({int(e["cp_degree"]) for e in extras})  # type: ignore[call-overload]
     return f" (CP {'/'.join(map(str, degrees))}, default)"
 
