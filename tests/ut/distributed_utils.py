@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["DistributedRunError", "run_distributed"]
 
 
-def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
+def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 300.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; return the values in rank order."""
     return run_world(fn, world_size, *args, timeout_s=timeout_s)
 

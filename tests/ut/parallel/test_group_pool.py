@@ -65,7 +65,7 @@ def _pool_world(rank: int, world_size: int) -> dict:
 
 @pytest.fixture(scope="module")
 def results() -> list[dict]:
-    return run_distributed(_pool_world, WORLD_SIZE, timeout_s=180)
+    return run_distributed(_pool_world, WORLD_SIZE, timeout_s=300)
 
 
 def test_layouts_change_and_groups_are_reused(results: list[dict]) -> None:

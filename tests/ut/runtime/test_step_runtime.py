@@ -273,7 +273,7 @@ def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
     """TP = 2 on 4 ranks: FCP planes are (0, 2) and (1, 3); a plan's degree-2 group is (0, 2) in one plane
     and (1, 3) in the other, and its process group reduces over exactly those ranks. A measuring plan
     source receives every group's time, the same on every rank."""
-    results = run_distributed(_tp2_layout_and_groups, 4, timeout_s=180.0)
+    results = run_distributed(_tp2_layout_and_groups, 4, timeout_s=300.0)
     for rank, result in enumerate(results):
         plane = (0, 2) if rank % 2 == 0 else (1, 3)
         assert result["planes"] == ((0, 2), (1, 3))

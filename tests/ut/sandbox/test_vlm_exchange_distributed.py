@@ -55,7 +55,7 @@ def _exchange(rank: int, world_size: int, name: str) -> dict:
 
 
 def test_exchange_forward_and_backward() -> None:
-    per_rank = run_distributed(_all_cases, WORLD_SIZE, timeout_s=120)
+    per_rank = run_distributed(_all_cases, WORLD_SIZE, timeout_s=300)
     for name, layouts in CASES.items():
         counts = [ranks[name] for ranks in per_rank]
         vision_tokens = sum(layout.vision_tokens for layout in layouts)

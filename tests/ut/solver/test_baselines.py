@@ -19,12 +19,13 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     mindspeed_dp_cp_switch,
     static_cp_degree,
 )
+from scenario_costs import a3_scenario
 
 
 def _tiny(heads: int = 32, kv_heads: int = 8) -> CostModel:
     """An A3 Qwen3-VL-8B cost model whose ranks hold 100 tokens, so hand-made batches exercise the layouts
     (`heads` / `kv_heads`: the same table for another head count)."""
-    table = CostModel.from_preset("a3-qwen3vl-8b").table
+    table = a3_scenario().table
     table = dataclasses.replace(table, model=dataclasses.replace(table.model, heads=heads, kv_heads=kv_heads))
     return CostModel(table, max_tokens_per_rank=100)
 
@@ -183,7 +184,7 @@ def test_baseline_plans_are_valid_on_random_batches(name: str, seed: int) -> Non
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
 def test_baselines_on_the_qwen3vl_8b_a3_preset(name: str) -> None:
-    cost = CostModel.from_preset("a3-qwen3vl-8b")
+    cost = a3_scenario()
     samples = generate_samples("openvid", 512, seed=0)
     config = SolverConfig(num_ranks=64, ranks_per_node=cost.ranks_per_node)
     plan = get_baseline(name).planner(samples.lengths, cost, config, samples.vision_patches)

@@ -5,6 +5,7 @@ from round_solvers import lean_round_solver
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.solver.round_types import at_window_edge
+from scenario_costs import a3_scenario
 
 RING, ULYSSES = 0, 1
 INF = np.inf
@@ -38,7 +39,7 @@ def test_with_both_algos_a_grouping_splits_at_least_as_fast_as_with_the_ring_alo
     # 256 ranks. Doubled once, their window runs from the minimum of 4 to 35 ranks and holds Ulysses 32,
     # faster than every ring inside it, while the ring still gets faster up to 64 ranks (a window that
     # stopped there split at 4,982 ms against the ring's 3,925).
-    both = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
+    both = a3_scenario(shard_ranks=256)
     ring = CostModel(both.table, algos=("ring",))
     rng = np.random.default_rng(3)
     lengths = [115_000, 110_000, 100_000] + rng.integers(600, 1_300, size=256).tolist()

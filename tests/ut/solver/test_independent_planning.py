@@ -21,6 +21,7 @@ from mindspeed_mm.core.fcp.solver.static_layout import (
     static_degrees,
 )
 from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, dataflow_ms, step_ms
+from scenario_costs import a3_scenario
 
 
 def _reference_packs(lengths, alone_ms, capacity, replicas):
@@ -68,7 +69,7 @@ def test_the_static_packer_follows_its_rule(seed):
 @pytest.mark.parametrize("workload,ranks", [("openvid", 16), ("bimodal", 16), ("imagevideo", 16),
                                             ("internvid", 64), ("bimodal", 64)])
 def test_a_plan_for_independent_groups_is_never_slower_than_any_static_layout_or_the_lockstep_plan(workload, ranks):
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=ranks)
+    cost = a3_scenario(shard_ranks=ranks)
     lockstep = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
     independent = replace(lockstep, step_semantics=INDEPENDENT)
     took_a_static_layout = 0
@@ -92,7 +93,7 @@ def test_a_plan_for_independent_groups_is_never_slower_than_any_static_layout_or
 
 
 def test_the_lockstep_plan_is_the_default_and_never_leaves_ranks_idle():
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    cost = a3_scenario(shard_ranks=64)
     config = SolverConfig(64, ranks_per_node=cost.ranks_per_node)
     assert config.step_semantics == LOCKSTEP
     lengths, patches = draw_lengths("bimodal", 512, 4)
@@ -105,14 +106,14 @@ def test_the_lockstep_plan_is_the_default_and_never_leaves_ranks_idle():
 def test_an_unknown_step_semantics_is_refused_naming_the_option():
     with pytest.raises(ValueError, match="step_semantics must be one of lockstep, independent"):
         SolverConfig(8, step_semantics="async")
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8)
+    cost = a3_scenario(shard_ranks=8)
     with pytest.raises(ValueError, match="semantics must be one of"):
         static_layout_plan([100, 200], cost, SolverConfig(8), cp_degree=2, algo="ring", semantics="async")
 
 
 def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing(monkeypatch):
     import mindspeed_mm.core.fcp.solver.static_layout as static_layout
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+    cost = a3_scenario(shard_ranks=16)
     calls = []
     packing = static_layout.balanced_bins
     monkeypatch.setattr(static_layout, "balanced_bins", lambda *args: calls.append(args[3]) or packing(*args))
@@ -145,7 +146,7 @@ def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing
 
 
 def test_the_busiest_replica_is_the_dataflow_time_of_compact_blocks_only():
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=24)
+    cost = a3_scenario(shard_ranks=24)
     lengths, patches = draw_lengths("openvid", 192, 1)
     for degree, compact in ((4, True), (8, True), (3, False), (6, False)):
         packs = StaticPacker(lengths, patches, cost).packs(degree, "ring", 24 // degree)

@@ -9,13 +9,14 @@ from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BASELINES, BaselineInfeasibleError, megatron_hybrid_cp
 from mindspeed_mm.core.fcp.solver.megatron_hybrid_cp import equal_work_buckets, power_of_two_degree
+from scenario_costs import a3_scenario
 
 WORKLOADS = ("msrvtt", "internvid", "openvid", "imagevideo", "bimodal")
 
 
 def _tiny() -> CostModel:
     """An A3 cost model whose ranks hold 100 tokens, so hand-made batches exercise the rules."""
-    return CostModel.from_preset("a3-qwen3vl-8b", max_tokens_per_rank=100)
+    return a3_scenario(max_tokens_per_rank=100)
 
 
 def _layout(plan) -> list[list[tuple[tuple[int, ...], tuple[int, ...]]]]:
@@ -125,7 +126,7 @@ def test_rejects_what_megatron_cannot_place() -> None:
 @pytest.mark.parametrize("num_ranks", [8, 64])
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_plans_are_valid_on_the_workloads(workload: str, num_ranks: int) -> None:
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=num_ranks)
+    cost = a3_scenario(shard_ranks=num_ranks)
     config = SolverConfig(num_ranks, ranks_per_node=cost.ranks_per_node)
     for seed in range(2):
         lengths, patches = draw_lengths(workload, 8 * num_ranks, seed)

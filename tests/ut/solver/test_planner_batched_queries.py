@@ -11,8 +11,9 @@ from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver.group_times import SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.placement import _exact_packing, _large_items_have_hosts
+from scenario_costs import a3_scenario
 
-A3_8B = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+A3_8B = a3_scenario(shard_ranks=64)
 
 
 def _solver(lengths, patches, num_ranks=64):

@@ -10,8 +10,9 @@ from mindspeed_mm.core.fcp.cli import main
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, SolverConfig, plan_batch
 from mindspeed_mm.core.fcp.solver.errors import NoAlgoForSampleError, no_plan_error
+from scenario_costs import a3_scenario
 
-A3 = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8)  # 24,953 tokens per rank
+A3 = a3_scenario(shard_ranks=8)  # 24,953 tokens per rank
 INTERNAL = re.compile(r"max_rounds=|extra_rounds|_THOROUGH|_LEAN|window|SearchLimits")
 MAX_DEGREE = ("--max-degree", "fcp_max_degree", "--fcp-max-degree")
 
@@ -42,8 +43,7 @@ def test_too_few_samples_for_the_rounds_memory_needs() -> None:
 
 
 def test_round_limit_is_named_as_the_python_api_setting() -> None:
-    text = _message([3000] * 12, SolverConfig(4, max_rounds=1), CostModel.from_preset("a3-qwen3vl-8b",
-                                                                                      max_tokens_per_rank=8192))
+    text = _message([3000] * 12, SolverConfig(4, max_rounds=1), a3_scenario(max_tokens_per_rank=8192))
     assert "SolverConfig.max_rounds (a Python API setting" in text and "raise or unset max_rounds" in text
 
 
@@ -62,7 +62,7 @@ def test_sample_too_long_names_max_degree_or_ranks(ranks: int, max_degree: int |
 
 
 def test_no_algo_on_the_allowed_degrees_names_the_attention_option() -> None:
-    ulysses = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=8, algos=("ulysses",))
+    ulysses = a3_scenario(shard_ranks=8, algos=("ulysses",))
     # 60K tokens need 3 ranks; Ulysses cannot split the 32 heads over 3.
     with pytest.raises(NoAlgoForSampleError) as caught:
         plan_batch([60_000, 100, 100], ulysses, SolverConfig(8, max_degree=3))

@@ -6,10 +6,11 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver import planner
+from scenario_costs import a3_scenario
 
 
 def _placed_rounds(monkeypatch, ranks, lengths, patches):
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=ranks)
+    cost = a3_scenario(shard_ranks=ranks)
     config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
     placed = []
     place = planner._placed_round
@@ -53,7 +54,7 @@ def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_ke
     # Image + video on 256 ranks, 2 samples per rank: no round of this batch packs into whole nodes. Laid
     # out by size alone, a 4-rank ring group of 19 samples crosses a node boundary and sets the round at
     # 5,015 ms; letting the fastest groups cross instead gives 4,890 ms.
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
+    cost = a3_scenario(shard_ranks=256)
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     lengths, patches = draw_lengths("imagevideo", 512, 0)
     plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())

@@ -11,8 +11,9 @@ from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.exact import solve_exact
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 from solver_fakes import FakeCostModel, FakeTable
+from scenario_costs import a3_scenario
 
-A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
+A3_8B = a3_scenario()
 FAKE = FakeCostModel(FakeTable(capacity_tokens=16384, ranks_per_node=8))
 GAP_INSTANCES = 200
 

@@ -16,10 +16,11 @@ from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import planner
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
 from solver_fakes import FakeCostModel, FakeTable
+from scenario_costs import a3_scenario
 
-A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
+A3_8B = a3_scenario()
 # A small memory budget so that short batches already need context parallelism and several rounds.
-A3_8B_TIGHT = CostModel.from_preset("a3-qwen3vl-8b", max_tokens_per_rank=8192)
+A3_8B_TIGHT = a3_scenario(max_tokens_per_rank=8192)
 H100_2B = CostModel.from_preset("h100-qwen3vl-2b", max_tokens_per_rank=16384)
 FAKE = FakeCostModel(FakeTable(capacity_tokens=8192, ranks_per_node=8))
 
@@ -225,7 +226,7 @@ def test_large_batches_beat_the_static_layouts_and_stay_near_the_bound(dataset):
 
 def test_group_placed_across_a_node_boundary_is_priced_where_it_runs():
     # On 16 ranks of 8 per node, groups of 6 + 4 + 6 ranks cannot all stay inside a node.
-    cost = CostModel.from_preset("h100-qwen3vl-8b", shard_ranks=16)
+    cost = a3_scenario(hardware="h100", shard_ranks=16)
     lengths = [4346, 4898, 3426]
     plan = plan_batch(lengths, cost, SolverConfig(16, ranks_per_node=8))
     validate_plan(plan, lengths, cost, priced=True)
@@ -253,7 +254,7 @@ def test_group_placed_across_a_node_boundary_is_priced_where_it_runs():
 
 
 def test_short_sample_on_many_ranks_leaves_ranks_idle_when_allowed():
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=1024)
+    cost = a3_scenario(shard_ranks=1024)
     forced = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16))
     idle = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16, allow_idle_ranks=True))
     validate_plan(idle, [5000], cost, priced=True)
@@ -265,7 +266,7 @@ def test_short_sample_on_many_ranks_leaves_ranks_idle_when_allowed():
 
 
 def test_idle_groups_hold_nothing():
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    cost = a3_scenario(shard_ranks=64)
     plan = plan_batch([5000], cost, SolverConfig(64, ranks_per_node=16, allow_idle_ranks=True))
     first = plan.rounds[0].groups[-1]
     assert first.algo == IDLE
@@ -279,7 +280,7 @@ def test_thorough_search_plans_a_large_batch_as_a_small_problem_would_be_planned
     """`SolverConfig.thorough_search` gives a batch above the small-problem size (32 samples x 16 ranks)
     the search small problems get: the plan equals the one planned with that size raised past the batch,
     and differs from the fast search's."""
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+    cost = a3_scenario(shard_ranks=16)
     config = SolverConfig(16, ranks_per_node=cost.ranks_per_node)
     lengths, patches = (a.tolist() for a in draw_lengths("imagevideo", 32, seed=5))
     assert len(lengths) * config.num_ranks > planner._SMALL_PROBLEM

@@ -14,8 +14,9 @@ from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
 from mindspeed_mm.core.fcp.solver.step_layout import _balanced, _deal, joint_starts, own_groups, step_estimates
 from solver_fakes import FakeCostModel, FakeTable
+from scenario_costs import a3_scenario
 
-A3_8B = CostModel.from_preset("a3-qwen3vl-8b")
+A3_8B = a3_scenario()
 FAKE = FakeCostModel(FakeTable(capacity_tokens=16384, ranks_per_node=8))
 SIZES = (1, 2, 4, 8, 16)
 
@@ -89,7 +90,7 @@ def test_step_estimates_by_hand_and_for_samples_that_need_more_ranks():
 
 def test_a_size_no_algo_runs_on_is_estimated_inf_without_arithmetic_on_inf():
     # Ulysses alone splits the 32 heads of the 8B model over at most 32 ranks: groups of 64 have no algo.
-    ulysses = CostModel.from_preset("a3-qwen3vl-8b", algos=("ulysses",))
+    ulysses = a3_scenario(algos=("ulysses",))
     lengths = [3000] * 60 + [40_000] * 4
     solver = _solver(ulysses, lengths, None, 64)
     with np.errstate(all="raise"):
@@ -104,7 +105,7 @@ def _image_video_batch(ranks, per_rank, index):
 
 
 def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks(monkeypatch):
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=256)
+    cost = a3_scenario(shard_ranks=256)
     lengths, patches = _image_video_batch(256, 2, 1)
     solver = _solver(cost, lengths, patches, 256)
     mask, widths = own_groups(solver, 4, _balanced(solver, 1, [4])[0], 1)
@@ -128,7 +129,7 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
 
 
 def test_one_more_round_tries_the_losing_kind_of_start_only_when_it_had_none_or_the_winner_improves(monkeypatch):
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=24)
+    cost = a3_scenario(shard_ranks=24)
     lengths, patches = draw_lengths("imagevideo", 192, 1)
     config = SolverConfig(24, ranks_per_node=cost.ranks_per_node)
     tried, every = [], lean_search.joint_starts
@@ -152,7 +153,7 @@ def test_one_more_round_tries_the_losing_kind_of_start_only_when_it_had_none_or_
 
 
 def test_own_groups_holding_few_ranks_are_not_closed():
-    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    cost = a3_scenario(shard_ranks=64)
     lengths, patches = _image_video_batch(64, 8, 0)
     solver = _solver(cost, lengths, patches, 64)
     mask, widths = own_groups(solver, 8, _balanced(solver, 1, [8])[0], 1)

@@ -21,6 +21,7 @@ from mindspeed_mm.core.fcp.solver.step_time import (
     round_floor,
     step_lower_bound_ms,
 )
+from scenario_costs import a3_scenario
 
 
 def _plan(round_ms: list[float]) -> Plan:
@@ -144,7 +145,7 @@ def test_without_a_step_wide_collective_a_group_waits_only_for_its_own_members()
 def test_under_fsdp_the_planner_counts_every_round_at_least_its_parameter_traffic(overlap: float):
     """With a floor per round (FSDP's all-gathers and reduce-scatter), fewer, fuller rounds can be faster than
     more, shorter ones: the planner compares round counts on the floored time, never doing worse."""
-    base = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=4, max_tokens_per_rank=4000)
+    base = a3_scenario(shard_ranks=4, max_tokens_per_rank=4000)
     no_step = CostModel(dataclasses.replace(base.table, step=None), max_tokens_per_rank=4000)
     rng = np.random.default_rng(0)
     fewer = 0

@@ -14,8 +14,9 @@ from mindspeed_mm.core.fcp.solver.baselines import (
 from mindspeed_mm.core.fcp.solver.plan import IDLE
 from mindspeed_mm.core.fcp.solver.step_time import dataflow_ms, fsdp_step_ms, step_lower_bound_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, static_degrees, tune_static
+from scenario_costs import a3_scenario
 
-COST = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=16)
+COST = a3_scenario(shard_ranks=16)
 CONFIG = SolverConfig(16, ranks_per_node=16)
 
 
