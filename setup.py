@@ -24,7 +24,8 @@ setup(
     extras_require={
         "megatron": ["megatron-core==0.12.1"],
         "plot": ["matplotlib"],
-        "test": ["pytest", "megatron-core==0.12.1", "matplotlib"],
+        "hf": ["transformers==4.57.1"],
+        "test": ["pytest", "megatron-core==0.12.1", "matplotlib", "transformers==4.57.1"],
     },
     entry_points={"console_scripts": ["fcp=mindspeed_mm.core.fcp.cli:main"]},
 )

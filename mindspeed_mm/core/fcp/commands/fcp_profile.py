@@ -17,6 +17,7 @@ from mindspeed_mm.core.fcp.profiler.profile_config import (
     DEFAULT_LINEAR_TOKENS,
     DEFAULT_MESSAGE_BYTES,
     DEFAULT_VISION_FRAME_GROUPS,
+    LAYER_SOURCES,
     ProfileConfig,
     encoder_shape,
     model_shape,
@@ -75,6 +76,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--world-size", type=positive_int, default=4,
                         help="processes measuring at once (default 4); 1 measures the compute terms on one device, "
                         "taking the communication terms from --comm-from")
+    parser.add_argument("--layers", default="lean", choices=LAYER_SOURCES,
+                        help="what the layers are timed on: the profiler's lean decoder and encoder (lean, default) "
+                        "or Hugging Face's Qwen3-VL text and vision models, which MindSpeed-MM's Qwen3-VL forks "
+                        "(hf; needs transformers)")
     parser.add_argument("--comm-from", metavar="PRESET|FILE",
                         help="with --world-size 1: the hardware preset (h200, a3, ...) or the profile table measured "
                         "with several processes on the real node whose links, FSDP round and gradient reduction the "
@@ -127,7 +132,7 @@ def _config(args: argparse.Namespace) -> ProfileConfig:
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,
         linear_tokens=args.linear_tokens, message_bytes=args.message_bytes, warmup=args.warmup,
         attention_tokens_per_call=args.attention_tokens_per_call, attention_docs_per_call=args.attention_docs_per_call,
-        comm_from=args.comm_from,
+        comm_from=args.comm_from, layers=args.layers,
         repeats=args.repeats or repeats, sweeps=args.sweeps or sweeps, statistic=args.statistic, clock=args.clock,
         nice=args.nice,
     )
@@ -157,7 +162,7 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
         f"us/token, launch {tm.launch_ms:.2f} ms, transfer overlap {tm.comm_overlap:.2f}",
         f"communication  {prov['term_sources']['communication']}",
         f"whole decoder / sum of its timed parts {prov['composition']['factor']:.3f} (compute terms scaled by it)"
-        if "composition" in prov else "compute terms unscaled (no composition probes)",
+        if "composition" in prov else f"layers timed on {prov.get('layers', 'the lean decoder')}",
         f"p2p {tm.p2p_intra_ms.y[0]:.2f}..{tm.p2p_intra_ms.y[-1]:.2f} ms, all-to-all "
         f"{tm.all_to_all_intra_ms.y[0]:.2f}..{tm.all_to_all_intra_ms.y[-1]:.2f} ms over "
         f"{int(tm.p2p_intra_ms.x[0])}..{int(tm.p2p_intra_ms.x[-1])} bytes",

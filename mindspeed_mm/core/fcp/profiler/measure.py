@@ -28,6 +28,7 @@ from mindspeed_mm.core.fcp.profiler.profile_config import ProfileConfig
 from mindspeed_mm.core.fcp.profiler.decoder import Decoder
 from mindspeed_mm.core.fcp.profiler.memory import runtime_bytes, saved_activation_bytes, training_state_bytes
 from mindspeed_mm.core.fcp.profiler.fsdp import sharded_decoder
+from mindspeed_mm.core.fcp.profiler.hf_qwen3vl import HFProbes, text_samples, vision_samples
 from mindspeed_mm.core.fcp.profiler.step_costs import step_samples
 from mindspeed_mm.core.fcp.profiler.vision import encoder_probe
 
@@ -91,6 +92,10 @@ class RankMeasurements:
     """Tokens -> the same under FSDP2 over the world (`profiler.fsdp`)."""
     vision: dict[int, tuple[float, ...]] = field(default_factory=dict)
     """Frame groups of one encoder call -> its forward + backward (empty: no encoder profiled)."""
+    hf_text: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
+    """(layers, tokens) -> Hugging Face's Qwen3-VL text model over one document (`--layers hf` only)."""
+    hf_vision: dict[tuple[int, int], tuple[float, ...]] = field(default_factory=dict)
+    """(blocks, frame groups) -> Hugging Face's Qwen3-VL vision model over one video (`--layers hf` only)."""
 
     def to_json(self) -> dict[str, dict[str, object]]:
         """The raw samples as JSON-ready dicts, keys as text (a tuple's parts joined by spaces)."""
@@ -153,6 +158,8 @@ class RankProfiler:
                                      self.device, config.seed)
         self.encoder = None if config.encoder is None else encoder_probe(config.encoder, config.dtype, self.device,
                                                                           config.seed)
+        self.hf = None if config.layers != "hf" else HFProbes.build(shape, config.encoder, config.dtype, self.device,
+                                                                    config.seed)
         self.phase_seconds: dict[str, float] = {}
         """Elapsed seconds per measurement phase so far."""
 
@@ -178,7 +185,9 @@ class RankProfiler:
         return ((len(ATTENTION_KINDS) + len(self.ulysses_shapes)) * len(c.attention_lengths) + len(c.call_floor_lengths)
                 + len(self.decoders) * len(c.linear_tokens) + len(composition_probes(c.attention_lengths))
                 + len(COMM_KINDS) * len(self.group_sizes) * len(c.message_bytes) + 1 + len(c.linear_tokens)
-                + (0 if self.encoder is None else len(c.vision_frame_groups)))
+                + (0 if self.encoder is None else len(c.vision_frame_groups))
+                + (0 if self.hf is None else len(self.hf.text) * len(c.linear_tokens)
+                   + len(self.hf.vision) * len(c.vision_frame_groups)))
 
     def sweep(self, repeats: int, on_step: Callable[[str], None]) -> RankMeasurements:
         """Every time measurement once, with `repeats` samples each."""
@@ -238,7 +247,17 @@ class RankProfiler:
             for groups in c.vision_frame_groups:
                 out.vision[groups] = self.encoder.samples(groups, timing).times_ms
                 on_step(f"vision encoder {groups} frame group(s)")
-            self._phase("vision", started)
+            started = self._phase("vision", started)
+        if self.hf is not None:
+            for layers, model in self.hf.text.items():
+                for tokens in c.linear_tokens:
+                    out.hf_text[(layers, tokens)] = text_samples(model, c.model, tokens, timing, c.seed)
+                    on_step(f"Hugging Face Qwen3-VL text, {layers} layer(s), {tokens} tokens")
+            for blocks, model in self.hf.vision.items():
+                for groups in c.vision_frame_groups:
+                    out.hf_vision[(blocks, groups)] = vision_samples(model, c.encoder, groups, timing, c.seed)
+                    on_step(f"Hugging Face Qwen3-VL vision, {blocks} block(s), {groups} frame group(s)")
+            self._phase("hf_layers", started)
         return out
 
     def _phase(self, name: str, started: float) -> float:

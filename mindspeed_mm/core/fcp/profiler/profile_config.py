@@ -19,6 +19,9 @@ DEFAULT_LINEAR_TOKENS = (64, 256, 1024, 2048)
 DEFAULT_MESSAGE_BYTES = (1024, 65536, 1048576)
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 DEFAULT_VISION_FRAME_GROUPS = (1, 2, 4, 8)
+LAYER_SOURCES = ("lean", "hf")
+"""What the layers' compute terms are timed on: the profiler's lean decoder and the demo trainer's encoder, or
+Hugging Face's Qwen3-VL text and vision models (`profiler.hf_qwen3vl`), which MindSpeed-MM's Qwen3-VL forks."""
 
 
 def model_shape(name: str) -> ModelShape:
@@ -109,6 +112,8 @@ class ProfileConfig:
     """Limit on one measurement world (seconds)."""
     nice: int | None = None
     """Scheduling priority of the measuring processes, -20..19 (None: unchanged); see `world.raise_priority`."""
+    layers: str = "lean"
+    """Models the layers are timed on: one of LAYER_SOURCES."""
     comm_from: str | None = None
     """Where a one-process profile (`world_size` 1, one device) takes its communication terms from: a hardware
     preset (`h200`, `a3`, ...) or a profile table measured with several processes on the real node. None
@@ -128,6 +133,12 @@ class ProfileConfig:
                               ("--busy-block-length", self.busy_block_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option} must be a positive int, got {value!r}")
+        if self.layers not in LAYER_SOURCES:
+            raise ValueError(f"--layers must be one of {list(LAYER_SOURCES)}, got {self.layers!r}")
+        if self.layers == "hf":
+            from mindspeed_mm.core.fcp.profiler.hf_qwen3vl import require_transformers
+
+            require_transformers()
         if self.world_size == 1 and self.comm_from is None:
             raise ValueError("--world-size 1 measures no communication: name where its terms come from with "
                              f"--comm-from (a hardware preset of {sorted(HARDWARE)} or a profile table file)")

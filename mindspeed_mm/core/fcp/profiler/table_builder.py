@@ -21,6 +21,12 @@ USABLE_MEMORY_FRACTION = 0.9
 """Share of a rank's memory left to tensors (allocator slack, other processes): the presets' assumption."""
 
 
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
 def _merged(ranks: Sequence[RankMeasurements], field: str, statistic: str) -> dict[Any, float]:
     """Per key of a per-rank dict of samples: median over the ranks of each rank's statistic."""
     values: dict[Any, list[float]] = {}
@@ -186,6 +192,56 @@ def links_from(config: ProfileConfig) -> Links:
                  hw.intra_node_bytes_per_s, hw.inter_node_bytes_per_s, table.step, described,
                  {"comm_source_provenance": {k: table.provenance.get(k) for k in ("source", "preset", "hardware")
                                              if k in table.provenance}})
+
+
+@dataclass(frozen=True)
+class RealLayerTerms:
+    """The layer terms of a table timed on Hugging Face's Qwen3-VL (`--layers hf`)."""
+
+    linear_ms: Grid
+    """One layer's work besides its attention core, above its fixed cost, vs tokens."""
+    linear_ms_per_token: float
+    """The slope of that work."""
+    launch_ms: float
+    """Fixed cost of a round of the whole stage."""
+    vision_ms: Grid | None
+    """One encoder call vs patches (None: no encoder profiled)."""
+    vision_line: tuple[float, float] | None
+    """(per call, per patch) of the line through those calls."""
+    provenance: dict[str, Any]
+    """The per-layer and per-call times behind them."""
+
+
+def real_layer_terms(config: ProfileConfig, hf_text: dict[tuple[int, int], float],
+                     hf_vision: dict[tuple[int, int], float], causal: Grid, call_floor: float,
+                     lean_decoder: dict[tuple[int, int], float]) -> RealLayerTerms:
+    """One Hugging Face layer at x tokens, R(x) = T(2 layers, x) - T(1 layer, x), fitted as r0 + r1 x: r0 is
+    the layer's fixed cost (the round's `launch_ms` takes it once per layer, with the lean decoder's fixed cost
+    outside the layers), and the linear curve is what R adds above r0 besides the attention core the table
+    charges apart (one call of one document: the larger of the call floor and the causal grid). A call of the
+    encoder of `depth` blocks: the 1-block model plus depth - 1 times the 2-block model's extra block."""
+    tokens = config.linear_tokens
+    per_layer = [hf_text[(2, x)] - hf_text[(1, x)] for x in tokens]
+    r0, _ = fit_line(tokens, [max(y, 1e-9) for y in per_layer])
+    above = [max(y - r0 - max(call_floor, float(causal(x))), 0.0) for x, y in zip(tokens, per_layer)]
+    _, slope = fit_line(tokens, [max(y, 1e-9) for y in above]) if any(above) else (0.0, 1e-9)
+    a1, _ = fit_line(tokens, [lean_decoder[(1, x)] for x in tokens])
+    a2, _ = fit_line(tokens, [lean_decoder[(2, x)] for x in tokens])
+    outside_layers = max(a1 - (a2 - a1), 0.0)
+    launch = outside_layers + config.model.layers * r0
+    vision_grid, line, calls = None, None, {}
+    enc = config.encoder
+    if enc is not None and hf_vision:
+        groups = config.vision_frame_groups
+        calls = {g: hf_vision[(1, g)] + (enc.depth - 1) * max(hf_vision[(2, g)] - hf_vision[(1, g)], 0.0)
+                 for g in groups}
+        patches = [g * enc.attention_window for g in groups]
+        vision_grid = _grid(patches, [calls[g] for g in groups], "linear")
+        line = fit_line(patches, [calls[g] for g in groups])
+    return RealLayerTerms(
+        _grid(tokens, above, "linear"), max(slope, 1e-9), launch, vision_grid, line,
+        {"hf_layer_ms_by_tokens": {str(x): y for x, y in zip(tokens, per_layer)}, "hf_layer_fixed_ms": r0,
+         "hf_vision_call_ms_by_frame_groups": {str(g): ms for g, ms in calls.items()}})
 
 
 def composition_factor(table: ProfileTable, whole: dict[tuple[int, ...], float]) -> tuple[float, dict[str, float]]:
@@ -389,6 +445,24 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
             *vision_notes,
         ],
     }
+    if config.layers == "hf":
+        real = real_layer_terms(config, _merged(ranks, "hf_text", statistic), _merged(ranks, "hf_vision", statistic),
+                                grids["causal"], call_floor, decoder)
+        time = dataclasses.replace(time, linear_ms=real.linear_ms, linear_ms_per_token=real.linear_ms_per_token,
+                                   launch_ms=real.launch_ms)
+        if real.vision_ms is not None and real.vision_line is not None:
+            time = dataclasses.replace(time, vision_ms=real.vision_ms, vision_ms_per_call=real.vision_line[0],
+                                       vision_ms_per_patch=real.vision_line[1])
+        provenance.update(real.provenance)
+        provenance["layers"] = f"Hugging Face Qwen3-VL (transformers {_transformers_version()})"
+        provenance["notes"].append(
+            "--layers hf: the linear curve, the layers' fixed cost and the vision calls come from Hugging Face's "
+            "Qwen3-VL text and vision models (real_layer_terms); the attention core stays the profiled kernel's. "
+            "No composition factor: the timed layers are the real ones.")
+        table = ProfileTable(hardware=hardware, model=config.table_model, dtype=config.dtype, tp=1, pp=1,
+                             recompute="none", time=time, memory=memory, step=step_section, provenance=provenance)
+        table.validate(source="measured profile")
+        return table
     parts = ProfileTable(hardware=hardware, model=config.table_model, dtype=config.dtype, tp=1, pp=1, recompute="none",
                          time=time, memory=memory, step=step_section, provenance=provenance)
     factor, ratios = composition_factor(parts, _merged(ranks, "whole_decoder", statistic))
