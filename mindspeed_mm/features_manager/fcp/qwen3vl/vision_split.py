@@ -1,8 +1,12 @@
-"""The vision tower of a round split over its CP group: each image or video is encoded once, by one member, and
-each member receives only the feature rows its own shard needs.
+"""The vision tower of a round split over its CP group: each image or video is encoded once, and each member
+receives only the feature rows its own shard needs.
 
-Media are assigned to members by patch count (largest first to the least loaded member, identically on every
-rank); each member encodes its media in one call of the vision tower. Every rank knows every member's shard,
+A video of more patches than a member's even share of the round's is cut into contiguous ranges of its frame
+groups (Qwen3-VL's temporal patches), one piece per share it holds (`media_pieces`): the encoder attends within
+a frame group and places its patches by their (h, w) position alone, so a range of frame groups encoded as a
+video of its own gives exactly that video's rows for those frame groups. Images and shorter videos stay whole.
+Pieces are assigned to members by patch count (largest first to the least loaded member, identically on every
+rank); each member encodes its pieces in one call of the vision tower. Every rank knows every member's shard,
 so one uneven all-to-all sends each member the rows of the visual tokens in its shard, from the members that
 encoded them: no member holds the features of the whole group. The exchange is differentiable: its backward
 pass is the reverse all-to-all, and each encoded row gets the sum of its gradients from the members using it.
@@ -41,6 +45,26 @@ def media_items(image_grid: torch.Tensor | None, video_grid: torch.Tensor | None
         items.append(MediaItem(grid, (start, start + patches)))
         start += patches
     return items
+
+
+def media_pieces(items: Sequence[MediaItem], degree: int) -> list[MediaItem]:
+    """The round's media cut for `degree` members: each video of more patches than ceil(round's patches /
+    degree) into that many near-equal ranges of its frame groups (at most one per frame group), in frame order;
+    every other medium whole. The pieces' feature rows, in order, are the media's."""
+    share = -(-sum(item.patches for item in items) // degree) if items else 0
+    pieces: list[MediaItem] = []
+    for item in items:
+        frames, height, width = (int(v) for v in item.grid)
+        count = min(frames, -(-item.patches // share)) if share else 1
+        if count <= 1:
+            pieces.append(item)
+            continue
+        first = item.pixel_rows[0]
+        bounds = [k * frames // count for k in range(count + 1)]
+        for start, stop in zip(bounds, bounds[1:]):
+            grid = torch.tensor([stop - start, height, width], dtype=item.grid.dtype)
+            pieces.append(MediaItem(grid, (first + start * height * width, first + stop * height * width)))
+    return pieces
 
 
 def assign_media(patches: Sequence[int], degree: int) -> list[int]:
@@ -90,23 +114,24 @@ def encode_media_in_group(encode: Any, stand_in: Any, pixels: torch.Tensor | Non
                           group: dist.ProcessGroup) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[len(needed_rows[rank]), width]` vision rows (features, then each deepstack layer's, side by side) of
     the round's feature rows `needed_rows[rank]` (indices into all items' rows, in the order wanted), and the
-    zero-valued anchor of a stand-in call (or None).
+    zero-valued anchor of a stand-in call (or None). Long videos are encoded in pieces (`media_pieces`).
 
     `needed_rows[m]`: the rows member m's shard needs (every rank passes the same list, one entry per member).
     `encode(pixels, grids)` runs the vision tower and returns one `[rows, width]` tensor; `stand_in()` runs it
     on a stand-in input, for a member without media, and returns the anchor."""
     degree = len(needed_rows)
-    owners = assign_media([item.patches for item in items], degree)
+    pieces = media_pieces(items, degree)
+    owners = assign_media([piece.patches for piece in pieces], degree)
     mine = [i for i, owner in enumerate(owners) if owner == rank]
     anchor = None
     if mine:
-        pixel_rows = torch.cat([pixels[items[i].pixel_rows[0]: items[i].pixel_rows[1]] for i in mine])
-        local = encode(pixel_rows, torch.stack([items[i].grid for i in mine]))
+        pixel_rows = torch.cat([pixels[pieces[i].pixel_rows[0]: pieces[i].pixel_rows[1]] for i in mine])
+        local = encode(pixel_rows, torch.stack([pieces[i].grid for i in mine]))
     else:
         anchor = stand_in()
         # Tied to the anchor, so that this member's backward pass joins the exchange like the others'.
         local = anchor.new_zeros(0, width) + anchor
-    member_of, local_of = _row_owners(items, owners, merge_area)
+    member_of, local_of = _row_owners(pieces, owners, merge_area)
     # To each member m, in member order: the rows m needs that this rank encoded, in m's order.
     sends = [local_of[wanted[member_of[wanted] == rank]] for wanted in needed_rows]
     send_counts = tuple(int(s.numel()) for s in sends)
