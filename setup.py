@@ -25,7 +25,7 @@ setup(
         "megatron": ["megatron-core==0.12.1"],
         "plot": ["matplotlib"],
         "hf": ["transformers==4.57.1"],
-        "test": ["pytest", "megatron-core==0.12.1", "matplotlib", "transformers==4.57.1"],
+        "test": ["pytest", "megatron-core==0.12.1", "matplotlib", "transformers==4.57.1", "pyarrow==26.0.1"],
     },
     entry_points={"console_scripts": ["fcp=mindspeed_mm.core.fcp.cli:main"]},
 )

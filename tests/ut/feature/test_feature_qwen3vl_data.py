@@ -49,8 +49,9 @@ def test_a_dataset_smaller_than_one_global_batch_is_refused() -> None:
 class _Source:
     """A plan source that plans batch after batch with one group of all ranks per sample (in order)."""
 
-    def __init__(self, batch_lengths, num_ranks: int = 2) -> None:
+    def __init__(self, batch_lengths, batch_patches=None, num_ranks: int = 2) -> None:
         self.batch_lengths = batch_lengths
+        self.batch_patches = batch_patches
         self.num_ranks = num_ranks
         self.calls = 0
         self.wants_measurements = False
@@ -77,7 +78,7 @@ class _Source:
 def test_sampler_and_runtime_read_the_same_plans_each_planned_once() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     sources = []
-    plans = StepPlans(order, list(range(10, 18)), lambda lengths: sources.append(_Source(lengths)) or sources[-1])
+    plans = StepPlans(order, list(range(10, 18)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1])
     loader = FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=1), collate=list)
     batches = loader.rounds()
     assert [next(batches)[1] for _ in range(6)] == [[0], [1], [2], [3], [4], [5]]  # the sampler runs ahead
@@ -93,13 +94,24 @@ def test_the_plans_of_a_resumed_run_start_at_its_first_step() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     lengths_seen = []
 
-    def factory(batch_lengths):
+    def factory(batch_lengths, batch_patches):
         lengths_seen.append(batch_lengths(1))
+        assert batch_patches is None   # no patches given: the vision tower is not priced
         return _Source(batch_lengths)
 
     plans = StepPlans(order, list(range(100, 108)), factory, first_step=1)
     assert lengths_seen == [[104, 105, 106, 107]]
     assert plans.samples(1, [0, 3]) == [4, 7]
+
+
+def test_the_plans_see_each_batchs_vision_patches() -> None:
+    order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
+    sources = []
+    StepPlans(order, list(range(8)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1],
+              patches=[0, 16, 0, 64, 4, 0, 0, 256])
+    assert sources[0].batch_patches(0) == [0, 16, 0, 64] and sources[0].batch_patches(1) == [4, 0, 0, 256]
+    with pytest.raises(FCPDataError, match="3 vision patch counts for 8 samples"):
+        StepPlans(order, list(range(8)), _Source, patches=[1, 2, 3])
 
 
 def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> None:
@@ -191,7 +203,7 @@ def test_workers_collate_ahead_only_steps_whose_plans_can_be_made_and_give_the_s
 
     def batches(workers: int, factor: int | None) -> tuple[list[list[int]], set[int], _Source]:
         sources: list[_Source] = []
-        plans = StepPlans(order, list(range(24)), lambda lengths: sources.append(_Source(lengths)) or sources[-1])
+        plans = StepPlans(order, list(range(24)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1])
         sources[0].horizon = 1  # only steps 0 and 1 can be planned until "step 0's times are recorded"
         loader = iter(FCPRoundLoader(plans, layout, _collate_round, num_workers=workers, prefetch_factor=factor))
         got, pids = [], set()

@@ -2,7 +2,8 @@
 
 MindSpeed-MM builds its training loader with `prepare_sampler_dataloader(dataset, sampler_type=..., ...)`.
 FCP wraps that function: with `FCPBatchSampler` it plans every global batch from the dataset's token
-lengths (the preprocessed `input_ids`, vision tokens already expanded, so no image is loaded to plan),
+lengths and vision patches (the preprocessed `input_ids`, vision tokens already expanded, so no image is loaded
+to plan; `vision_patches`),
 registers the plans with FCP's runtime, and hands each rank, round after round, its group's samples
 packed into one sequence (`seqlens` holds the samples' lengths, no padding, no attention mask), collated
 ahead by `num_workers` worker processes (`round_loader`).
@@ -24,6 +25,7 @@ from ..runtime import FCPRuntime, get_fcp_runtime
 from .round_loader import FCPRoundLoader
 from .shard import SEQLENS_KEY
 from .step_plans import FCPDataError, GlobalBatchOrder, RuntimePlanSource, StepPlans
+from .vision_patches import dataset_vision_patches
 
 logger = logging.getLogger(__name__)
 
@@ -157,12 +159,17 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
             f"the checkpoint's FCP state is of step {resumed['steps_done']}, but the data resume at step "
             f"{first_step} ({consumed} consumed samples in global batches of {global_batch})")
     calibration = None if resumed is None else resumed["calibration"]
-    plans = StepPlans(order, lengths, lambda batch_lengths: options.plan_source(
-        planner, batch_lengths, num_steps, log=logger, first_step=first_step, calibration=calibration),
-        first_step=first_step)
+    # The vision tower is priced where the cost model has one (a text-only table plans tokens alone).
+    patches = None
+    if planner.cost.table.model.vision is not None:
+        patches = dataset_vision_patches(dataset, params.get("dataset_param"), LENGTH_COLUMN)
+    plans = StepPlans(order, lengths, lambda batch_lengths, batch_patches: options.plan_source(
+        planner, batch_lengths, num_steps, batch_patches=batch_patches, log=logger, first_step=first_step,
+        calibration=calibration), first_step=first_step, patches=patches)
     register_training_plans(runtime, plans)
-    logger.info("FCP: %s plans %d samples (%d-%d tokens) in global batches of %d from step %d",
-                FCP_SAMPLER, len(lengths), min(lengths), max(lengths), global_batch, first_step + 1)
+    logger.info("FCP: %s plans %d samples (%d-%d tokens, %s vision patches) in global batches of %d from step %d",
+                FCP_SAMPLER, len(lengths), min(lengths), max(lengths),
+                "no" if patches is None else f"{min(patches)}-{max(patches)}", global_batch, first_step + 1)
     return FCPRoundLoader(plans, layout, _CheckedCollator(PackedGroupCollator(collate_sample, lengths), dataset),
                           num_workers=int(params.get("num_workers") or 0), prefetch_factor=params.get("prefetch_factor"),
                           pin_memory=bool(params.get("pin_memory", False)))

@@ -74,13 +74,18 @@ class StepPlans:
 
     READERS = ("sampler", "runtime")
 
-    def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, first_step: int = 0) -> None:
-        """`source_factory(batch_lengths)` builds the `StepPlanSource` (steps numbered from `first_step`) from a
-        function step -> token lengths."""
+    def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, first_step: int = 0,
+                 patches: Sequence[int] | None = None) -> None:
+        """`source_factory(batch_lengths, batch_patches)` builds the `StepPlanSource` (steps numbered from
+        `first_step`) from functions step -> token lengths and step -> vision patches (None: not priced)."""
         self.order = order
         self.lengths = list(lengths)
+        self.patches = None if patches is None else list(patches)
+        if self.patches is not None and len(self.patches) != len(self.lengths):
+            raise FCPDataError(f"{len(self.patches)} vision patch counts for {len(self.lengths)} samples")
         self.first_step = first_step
-        self.source: StepPlanSource = source_factory(self._batch_lengths)
+        self.source: StepPlanSource = source_factory(self._batch_lengths,
+                                                     None if self.patches is None else self._batch_patches)
         self._plans: dict[int, Plan] = {}
         self._planned = first_step
         self._read = dict.fromkeys(self.READERS, first_step)
@@ -88,6 +93,10 @@ class StepPlans:
 
     def _batch_lengths(self, step: int) -> list[int]:
         return [self.lengths[i] for i in self.order.indices(step)]
+
+    def _batch_patches(self, step: int) -> list[int]:
+        assert self.patches is not None
+        return [self.patches[i] for i in self.order.indices(step)]
 
     def plan(self, step: int, reader: str) -> Plan:
         """The plan of `step` for `reader` ("sampler" or "runtime"); a reader asks for its steps in order."""
