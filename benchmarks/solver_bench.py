@@ -191,6 +191,7 @@ def _pct(values, q) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer batches and instances")
+    parser.add_argument("--preset", default=PRESET, help=f"cost preset of parts 1 and 2 (default {PRESET})")
     parser.add_argument("--small-instances", type=int, default=None, help="random small instances (default 200)")
     parser.add_argument("--seed", type=int, default=2024, help="seed of the small instances")
     parser.add_argument("--repeats", type=int, default=3,
@@ -213,12 +214,12 @@ def main() -> None:
     logging.getLogger("mindspeed_mm.core.fcp.solver.memory_checks").setLevel(logging.ERROR)
     # The exact model minimises the sum of the rounds' makespans: the planner is asked for the same (no step costs,
     # so no FSDP floor per round).
-    preset = CostModel.from_preset(PRESET)
+    preset = CostModel.from_preset(args.preset)
     exact_cost = CostModel(dataclasses.replace(preset.table, step=None))
     small_count = args.small_instances or (40 if args.quick else 200)
     scales = [(512, 64, 10 if args.quick else 50), (4096, 1024, 3 if args.quick else 10)]
-    costs = {ranks: CostModel.from_preset(PRESET, shard_ranks=ranks) for _, ranks, _ in scales}
-    print(f"preset {PRESET}: capacity " + ", ".join(f"{c.capacity_tokens} tokens/rank at {r} ranks"
+    costs = {ranks: CostModel.from_preset(args.preset, shard_ranks=ranks) for _, ranks, _ in scales}
+    print(f"preset {args.preset}: capacity " + ", ".join(f"{c.capacity_tokens} tokens/rank at {r} ranks"
                                                    for r, c in costs.items())
           + f" (state sharded over the ranks), {exact_cost.ranks_per_node} ranks/node; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")

@@ -22,6 +22,7 @@ from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_nod
 from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import (
     StaticPacker,
+    blocks_are_compact,
     busiest_replica_ms,
     dealt_to_replicas,
     independent_rounds,
@@ -68,6 +69,12 @@ def fastest_for_lockstep_rounds(plan: Plan, lengths: np.ndarray, patches: list[i
             packs = packer.packs(degree, algo, replicas, alone_ms)
         except BaselineInfeasibleError:
             continue
+        if blocks_are_compact(degree, replicas, node):
+            # Every group costs its pack's time: the rounds' total from the sorted pack times alone (the
+            # rounds are built only for a layout that wins).
+            slowest_first = sorted(packs.pack_ms, reverse=True)
+            if not sum(floor.round_ms(ms) for ms in slowest_first[::replicas]) < best_ms:
+                continue
         rounds = lockstep_rounds(packs, replicas, lengths, patches, cost, node)
         candidate_ms = total(rounds)
         if candidate_ms < best_ms:
