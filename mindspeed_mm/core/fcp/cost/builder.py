@@ -5,26 +5,53 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.model import ALGOS, CostModel
+from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
+
+
+def frozen_vision_table(table: ProfileTable) -> ProfileTable:
+    """`table` for a run whose vision tower is frozen: the encoder runs its forward pass only (its figures times
+    the forward share of forward + backward, 1 / (1 + the backward / forward ratio of the table's matmul work))
+    and keeps no activations for a backward pass."""
+    tm = table.time
+    if table.model.vision is None:
+        return table
+    forward = 1.0 / (1.0 + tm.linear_backward_ratio)
+    vision_ms = None if tm.vision_ms is None else Grid(tm.vision_ms.x, tuple(y * forward for y in tm.vision_ms.y),
+                                                       tm.vision_ms.scale)
+    time = dataclasses.replace(tm, vision_ms_per_patch=tm.vision_ms_per_patch * forward,
+                               vision_ms_per_call=tm.vision_ms_per_call * forward, vision_ms=vision_ms)
+    memory = dataclasses.replace(table.memory, vision_activation_bytes_per_token=0.0)
+    provenance = {**table.provenance, "vision_frozen": "the encoder's forward only, no activations kept"}
+    return dataclasses.replace(table, time=time, memory=memory, provenance=provenance)
 
 
 def build_cost_model(*, preset: str | None, profile_table: str | Path | None, max_tokens_per_rank: int | None,
                      algos: Sequence[str] = ALGOS, shard_ranks: int | None = None, ranks_per_node: int | None = None,
-                     tp: int = 1, pp: int = 1) -> CostModel:
+                     tp: int = 1, pp: int = 1, vision_frozen: bool = False) -> CostModel:
     """The cost model of a measured `profile_table`, else of `preset`.
 
     A preset shards parameters, gradients and optimizer state over the run's `shard_ranks` (its FSDP /
     distributed-optimizer group; None: the preset's default, one node), so its memory limit is that of the real
     run, at tensor / pipeline sizes `tp` / `pp`. `ranks_per_node` replaces the node size of either source.
-    `max_tokens_per_rank` can only lower the memory limit."""
+    `max_tokens_per_rank` can only lower the memory limit. `vision_frozen`: the run does not train the vision
+    tower (`frozen_vision_table`)."""
     if profile_table is not None:
         table = ProfileTable.load(profile_table)
         if ranks_per_node is not None:
             table = dataclasses.replace(table, hardware=dataclasses.replace(table.hardware, ranks_per_node=ranks_per_node))
-        return CostModel(table, max_tokens_per_rank=max_tokens_per_rank, algos=algos)
-    if preset is None:
+    elif preset is None:
         raise ValueError("a cost model needs a preset or a profile table")
+    else:
+        table = preset_table(preset, **_preset_options(shard_ranks, ranks_per_node, tp, pp))
+    if vision_frozen:
+        table = frozen_vision_table(table)
+    return CostModel(table, max_tokens_per_rank=max_tokens_per_rank, algos=algos)
+
+
+def _preset_options(shard_ranks: int | None, ranks_per_node: int | None, tp: int, pp: int) -> dict[str, int]:
     options: dict[str, int] = {}
     if shard_ranks is not None:
         options["shard_ranks"] = shard_ranks
@@ -34,4 +61,4 @@ def build_cost_model(*, preset: str | None, profile_table: str | Path | None, ma
         options["tp"] = tp
     if pp != 1:
         options["pp"] = pp
-    return CostModel.from_preset(preset, max_tokens_per_rank=max_tokens_per_rank, algos=algos, **options)
+    return options

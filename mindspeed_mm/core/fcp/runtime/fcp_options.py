@@ -95,13 +95,14 @@ class FCPOptions:
         return ALGOS if self.attention_algo == "auto" else (self.attention_algo,)
 
     def cost_model(self, *, num_ranks: int | None, tp: int = 1, pp: int = 1,
-                   algos: Sequence[str] | None = None) -> CostModel:
+                   algos: Sequence[str] | None = None, vision_frozen: bool = False) -> CostModel:
         """The cost model of the profile table, else of the preset (its model state sharded over the `num_ranks`
-        FCP ranks, at tensor / pipeline sizes `tp` / `pp`); `algos` restricts the algorithms (default: `algos`)."""
+        FCP ranks, at tensor / pipeline sizes `tp` / `pp`); `algos` restricts the algorithms (default: `algos`);
+        `vision_frozen`: the run does not train the vision tower."""
         return build_cost_model(
             preset=self.preset, profile_table=self.profile_table, max_tokens_per_rank=self.max_tokens_per_rank,
             algos=self.algos if algos is None else tuple(algos), shard_ranks=num_ranks,
-            ranks_per_node=self.ranks_per_node, tp=tp, pp=pp,
+            ranks_per_node=self.ranks_per_node, tp=tp, pp=pp, vision_frozen=vision_frozen,
         )
 
     def solver_config(self, *, num_ranks: int, cost: CostModel, step_semantics: str = LOCKSTEP,
@@ -113,10 +114,10 @@ class FCPOptions:
                             step_semantics=step_semantics)
 
     def batch_planner(self, *, num_ranks: int, step_semantics: str = LOCKSTEP, tp: int = 1, pp: int = 1,
-                      static_cp_degree: int | None = None) -> BatchPlanner:
+                      static_cp_degree: int | None = None, vision_frozen: bool = False) -> BatchPlanner:
         """The planner of one global batch; `static_cp_degree` plans Megatron's static ring CP instead of FCP."""
         cost = self.cost_model(num_ranks=num_ranks, tp=tp, pp=pp,
-                               algos=None if static_cp_degree is None else ("ring",))
+                               algos=None if static_cp_degree is None else ("ring",), vision_frozen=vision_frozen)
         return BatchPlanner(cost=cost, solver_config=self.solver_config(num_ranks=num_ranks, cost=cost,
                                                                          step_semantics=step_semantics),
                             static_cp_degree=static_cp_degree)

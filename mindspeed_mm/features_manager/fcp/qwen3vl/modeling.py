@@ -30,19 +30,13 @@ from mindspeed_mm.core.fcp.parallel import fcp_attention
 
 from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
+from .vision_patches import vision_is_frozen
 from .vision_split import encode_media_in_group, media_items
-
-
-def _vision_is_frozen() -> bool:
-    from megatron.training import get_args
-
-    encoder = get_args().mm.model.image_encoder
-    return bool(encoder.vision_encoder.freeze and encoder.vision_projector.freeze)
 
 
 def _vision_rows(model: Any, pixels: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
     """One vision-tower call: `[rows, hidden * (1 + deepstack layers)]`, features then each deepstack layer."""
-    context = torch.no_grad() if _vision_is_frozen() else nullcontext()
+    context = torch.no_grad() if vision_is_frozen() else nullcontext()
     with context:
         features, deepstack = model.get_image_features(pixels, grids)
     return torch.cat([torch.cat(list(features))] + list(deepstack), dim=-1)

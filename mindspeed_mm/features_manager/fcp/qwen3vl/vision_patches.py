@@ -1,4 +1,5 @@
-"""Each training sample's vision-encoder patches, known before any image or video is loaded, for the plans.
+"""What the plans know of the vision tower before any image or video is loaded: each training sample's encoder
+patches, and whether the run trains the tower.
 
 MindSpeed-MM's Qwen3-VL preprocessing expands every image and video into its visual tokens in `input_ids`: one
 `image_token_id` / `video_token_id` per merged token, i.e. per `spatial_merge_size`^2 patches of the encoder.
@@ -16,6 +17,15 @@ import numpy as np
 from .step_plans import FCPDataError
 
 MODEL_PATH_KEY = "data.dataset_param.preprocess_parameters.model_name_or_path"
+
+
+def vision_is_frozen() -> bool:
+    """Whether the recipe freezes the vision encoder and its projector (`model.image_encoder.*.freeze`): the tower
+    then runs its forward pass only, without gradients."""
+    from megatron.training import get_args
+
+    encoder = get_args().mm.model.image_encoder
+    return bool(encoder.vision_encoder.freeze and encoder.vision_projector.freeze)
 
 
 def _get(section: Any, key: str) -> Any:
