@@ -40,13 +40,14 @@ class UpstreamBed:
     _checkouts: dict = field(default_factory=dict)
 
     @classmethod
-    def create(cls, root: Path) -> "UpstreamBed":
+    def create(cls, root: Path, *, long_videos: bool = False) -> "UpstreamBed":
+        """The bed in `root`; `long_videos`: every fourth sample of its dataset a long video (`tiny_qwen3vl.py`)."""
         sources = bed_sources.find_sources()
         if not sources.available:
             raise BedUnavailable(sources.skip_reason())
         root.mkdir(parents=True, exist_ok=True)
         assets = root / "tiny"
-        build_tiny_assets(sources, assets)
+        build_tiny_assets(sources, assets, long_videos=long_videos)
         summary = json.loads((assets / "hf" / "tiny_summary.json").read_text())
         return cls(sources, root, assets / "hf", assets / "data" / "data.json", summary)
 

@@ -141,7 +141,8 @@ class FCPOptions:
     def runtime_settings(self, *, max_degree: int | None = None) -> FCPRuntimeSettings:
         """What the step runtime needs; `max_degree` overrides the option (a static layout's degree)."""
         return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=max_degree or self.max_degree,
-                                  comm_timeout_s=self.comm_timeout_s, attention_kernel=self.attention_kernel)
+                                  comm_timeout_s=self.comm_timeout_s, attention_kernel=self.attention_kernel,
+                                  log_plan=self.log_plan)
 
 
 __all__ = ["FCPOptions"]

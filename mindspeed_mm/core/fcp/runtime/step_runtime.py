@@ -133,6 +133,8 @@ class FCPRuntimeSettings:
     """Bound of every exchange on an FCP group (None: torch's default)."""
     attention_kernel: str = "auto"
     """Local attention kernel of the FCP attention (a value of `fcp_attention_kernel`)."""
+    log_plan: bool = False
+    """Log what each round runs (`fcp_log_plan`): the plans, and how a group split its vision tower."""
 
     def __post_init__(self) -> None:
         if self.group_pool not in GROUP_POOL_POLICIES:

@@ -96,7 +96,7 @@ def _shard_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], sh
             torch.cat(pixels) if pixels else None, items, merge_area,
             hidden * (1 + len(model.visual.deepstack_visual_indexes)),
             [needed(shard.layout.shard(member).global_index) for member in range(shard.fcp_round.degree)],
-            shard.fcp_round.rank_in_group, shard.group)
+            shard.fcp_round.rank_in_group, shard.group, log=get_fcp_runtime().settings.log_plan)
     shard_ids = input_ids[:, index]
     embeds = model.get_input_embeddings()(shard_ids)  # [1, shard tokens, hidden]
     visual_mask = feature_rows[index].unsqueeze(0) >= 0  # [1, shard tokens]

@@ -13,6 +13,7 @@ pass is the reverse all-to-all, and each encoded row gets the sum of its gradien
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.collectives import all_to_all_rows
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,20 @@ def _row_owners(items: Sequence[MediaItem], owners: Sequence[int], merge_area: i
 
 def encode_media_in_group(encode: Any, stand_in: Any, pixels: torch.Tensor | None, items: Sequence[MediaItem],
                           merge_area: int, width: int, needed_rows: Sequence[torch.Tensor], rank: int,
-                          group: dist.ProcessGroup) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          group: dist.ProcessGroup, log: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`[len(needed_rows[rank]), width]` vision rows (features, then each deepstack layer's, side by side) of
     the round's feature rows `needed_rows[rank]` (indices into all items' rows, in the order wanted), and the
     zero-valued anchor of a stand-in call (or None). Long videos are encoded in pieces (`media_pieces`).
 
     `needed_rows[m]`: the rows member m's shard needs (every rank passes the same list, one entry per member).
     `encode(pixels, grids)` runs the vision tower and returns one `[rows, width]` tensor; `stand_in()` runs it
-    on a stand-in input, for a member without media, and returns the anchor."""
+    on a stand-in input, for a member without media, and returns the anchor. `log`: the group's first member logs
+    the videos it cut."""
     degree = len(needed_rows)
     pieces = media_pieces(items, degree)
+    if log and rank == 0 and len(pieces) > len(items):
+        logger.info("FCP vision: %d media of %d patches encoded as %d pieces over %d members (long videos cut into "
+                    "frame-group ranges)", len(items), sum(item.patches for item in items), len(pieces), degree)
     owners = assign_media([piece.patches for piece in pieces], degree)
     mine = [i for i, owner in enumerate(owners) if owner == rank]
     anchor = None

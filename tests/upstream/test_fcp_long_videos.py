@@ -1,0 +1,75 @@
+"""FCP with long videos split across their CP group trains upstream's Qwen3-VL as one process does.
+
+The tiny Qwen3-VL trains 4 steps of global batch 8 on a dataset whose every fourth sample is a 24 s video (48
+frames kept at 2 fps: 24 frame groups, 738 tokens) among images and short videos, with the keys of the tiny CPU
+example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks, whose
+members encode it in ranges of its frame groups (`vision_split.media_pieces`). FCP on 4 gloo processes against
+one process without FCP: under FSDP2 with a trainable vision tower and under Megatron DDP with upstream's frozen
+one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import require_upstream
+from harness import BedUnavailable, UpstreamBed
+from test_fcp_training import planned_degrees
+
+STEPS = 4
+GLOBAL_BATCH = 8
+SEQ_LENGTH = 1024
+LONG_VIDEO_DATA = {"video_max_pixels": 16384, "video_min_pixels": 0, "video_fps": 2.0, "video_maxlen": 64}
+FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 256, "fcp_max_degree": 3, "fcp_log_plan": True}
+TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
+SPLIT_LINE = "long videos cut into frame-group ranges"
+
+
+@pytest.fixture(scope="module")
+def long_video_bed(tmp_path_factory) -> UpstreamBed:
+    try:
+        return UpstreamBed.create(tmp_path_factory.mktemp("upstream_bed_long_videos"), long_videos=True)
+    except BedUnavailable as missing:
+        if require_upstream():
+            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set: {missing}", pytrace=False)
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def runs(long_video_bed):
+    def recipe(fcp: bool, fsdp2: bool, trainable_vision: bool) -> dict:
+        built = long_video_bed.recipe(cp_algo="fcp_cp_algo" if fcp else "ulysses_cp_algo", fsdp2=fsdp2,
+                                      train_iters=STEPS, global_batch_size=GLOBAL_BATCH,
+                                      extra_gpt=dict(TRAINING, seq_length=SEQ_LENGTH, **(FCP_KEYS if fcp else {})))
+        built["data"]["dataset_param"]["preprocess_parameters"].update(LONG_VIDEO_DATA)
+        encoder = built["model"]["image_encoder"]
+        encoder["vision_encoder"]["freeze"] = encoder["vision_projector"]["freeze"] = not trainable_vision
+        if fcp:
+            built["data"]["dataloader_param"]["sampler_type"] = "FCPBatchSampler"
+        return built
+
+    cases = {"fsdp2_trainable": (True, True), "ddp_frozen": (False, False)}
+    done = long_video_bed.run_many([dict(recipe=recipe(False, fsdp2, trainable), nproc=1, name=f"single_{case}")
+                                    for case, (fsdp2, trainable) in cases.items()])
+    for case, (fsdp2, trainable) in cases.items():
+        done[f"fcp_{case}"] = long_video_bed.run(recipe(True, fsdp2, trainable), 4, name=f"fcp_{case}",
+                                                 register_fcp=True)
+    for name, log in done.items():
+        print(f"[upstream FCP long videos] {name}: wall={log.wall_s:.1f}s losses={log.losses} "
+              f"grad_norms={log.grad_norms}")
+    return done
+
+
+@pytest.mark.parametrize("case", ["fsdp2_trainable", "ddp_frozen"])
+def test_long_videos_split_across_their_group_train_like_one_process(runs, case) -> None:
+    fcp, single = runs[f"fcp_{case}"], runs[f"single_{case}"]
+    assert len(fcp.losses) == len(single.losses) == STEPS
+    for step, (got, want) in enumerate(zip(fcp.losses, single.losses), start=1):
+        assert math.isclose(got, want, rel_tol=1e-5), f"{case}: loss of step {step}: FCP {got}, 1 process {want}"
+    for step, (got, want) in enumerate(zip(fcp.grad_norms, single.grad_norms), start=1):
+        assert math.isclose(got, want, rel_tol=1e-4), f"{case}: grad norm of step {step}: FCP {got}, 1 process {want}"
+    # The long videos ran on groups of 3 ranks (and others on 2), and their groups encoded them in pieces.
+    degrees = {d for rounds in planned_degrees(fcp.text).values() for groups in rounds for d in groups}
+    assert {2, 3} <= degrees, degrees
+    assert SPLIT_LINE in fcp.text
