@@ -4,8 +4,8 @@ The tiny Qwen3-VL trains 4 steps of global batch 8 on a dataset whose every four
 frames kept at 2 fps: 24 frame groups, 738 tokens) among images and short videos, with the keys of the tiny CPU
 example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks, whose
 members encode it in ranges of its frame groups (`vision_split.media_pieces`). FCP on 4 gloo processes against
-one process without FCP: under FSDP2 with a trainable vision tower and under Megatron DDP with upstream's frozen
-one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
+one process without FCP, under FSDP2 and under Megatron DDP, each with a trainable vision tower and with
+upstream's frozen one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def runs(long_video_bed):
             built["data"]["dataloader_param"]["sampler_type"] = "FCPBatchSampler"
         return built
 
-    cases = {"fsdp2_trainable": (True, True), "ddp_frozen": (False, False)}
+    cases = {f"{'fsdp2' if fsdp2 else 'ddp'}_{'trainable' if trainable else 'frozen'}": (fsdp2, trainable)
+             for fsdp2 in (True, False) for trainable in (True, False)}
     done = long_video_bed.run_many([dict(recipe=recipe(False, fsdp2, trainable), nproc=1, name=f"single_{case}")
                                     for case, (fsdp2, trainable) in cases.items()])
     for case, (fsdp2, trainable) in cases.items():
@@ -61,7 +62,7 @@ def runs(long_video_bed):
     return done
 
 
-@pytest.mark.parametrize("case", ["fsdp2_trainable", "ddp_frozen"])
+@pytest.mark.parametrize("case", ["fsdp2_trainable", "fsdp2_frozen", "ddp_trainable", "ddp_frozen"])
 def test_long_videos_split_across_their_group_train_like_one_process(runs, case) -> None:
     fcp, single = runs[f"fcp_{case}"], runs[f"single_{case}"]
     assert len(fcp.losses) == len(single.losses) == STEPS
