@@ -10,9 +10,11 @@ host), one run of each layout over the same samples and loaded weights:
 
 It reports the median step time (steps 2..end; step 1 holds one-off set-up) and each layout's losses. On a
 CPU host the processes share the cores, so the figures compare layouts on this host only; they say nothing
-of an accelerator cluster.
+of an accelerator cluster. `--long-videos`: every fourth sample a 24 s video (738 tokens, 24 frame groups; the
+tiny CPU example's data keys), FCP capped at 256 tokens per rank with groups of at most 3 ranks.
 
     python benchmarks/upstream_qwen3vl_step_time.py --nproc 4 --steps 6
+    python benchmarks/upstream_qwen3vl_step_time.py --nproc 4 --steps 6 --long-videos --max-tokens-per-rank 256
 """
 from __future__ import annotations
 
@@ -29,14 +31,21 @@ from harness import UpstreamBed  # noqa: E402
 
 logger = logging.getLogger("upstream_qwen3vl_step_time")
 TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
+LONG_VIDEO_DATA = {"video_max_pixels": 16384, "video_min_pixels": 0, "video_fps": 2.0, "video_maxlen": 64}
 
 
-def layouts(bed: UpstreamBed, nproc: int, steps: int, global_batch: int, max_tokens: int) -> list[dict]:
+def layouts(bed: UpstreamBed, nproc: int, steps: int, global_batch: int, max_tokens: int,
+            long_videos: bool = False) -> list[dict]:
     def recipe(**keywords) -> dict:
         extra = dict(TRAINING, **keywords.pop("extra", {}))
-        return bed.recipe(train_iters=steps, global_batch_size=global_batch, extra_gpt=extra, **keywords)
+        built = bed.recipe(train_iters=steps, global_batch_size=global_batch, extra_gpt=extra, **keywords)
+        if long_videos:
+            built["data"]["dataset_param"]["preprocess_parameters"].update(LONG_VIDEO_DATA)
+        return built
 
     def fcp(extra: dict) -> dict:
+        if long_videos:
+            extra = dict(extra, fcp_max_degree=3)
         built = recipe(cp_algo="fcp_cp_algo", extra=dict(extra, fcp_preset="cpu-tiny"))
         built["data"]["dataloader_param"]["sampler_type"] = "FCPBatchSampler"
         return built
@@ -56,13 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--global-batch-size", type=int, default=8)
     parser.add_argument("--max-tokens-per-rank", type=int, default=70)
+    parser.add_argument("--long-videos", action="store_true", help="a dataset with long videos (see above)")
     parser.add_argument("--out", type=Path, default=None, help="markdown file for the table (default: print only)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="fcp_upstream_bench_") as root:
-        bed = UpstreamBed.create(Path(root))
+        bed = UpstreamBed.create(Path(root), long_videos=args.long_videos)
         rows = []
-        for launch in layouts(bed, args.nproc, args.steps, args.global_batch_size, args.max_tokens_per_rank):
+        for launch in layouts(bed, args.nproc, args.steps, args.global_batch_size, args.max_tokens_per_rank,
+                              args.long_videos):
             log = bed.run(**launch)
             rows.append((launch["name"], statistics.median(log.step_times_ms[1:]), log.losses))
     fcp_ms = rows[1][1]
