@@ -124,6 +124,11 @@ def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> No
     plans = StepPlans(order, [1] * 8, TooLong, first_step=1)
     with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens.*needs 9 ranks.*at most 4"):
         plans.plan(1, "runtime")
+    # With the vision tower priced, the message also names the sample's patches.
+    priced = StepPlans(order, [1] * 8, TooLong, first_step=1, patches=[0, 0, 0, 0, 0, 0, 3600, 0])
+    with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens after vision-token "
+                                           r"expansion, 3600 vision patches\) does not fit"):
+        priced.plan(1, "runtime")
 
 
 def test_packing_concatenates_sequences_and_media_and_strips_trailing_padding() -> None:

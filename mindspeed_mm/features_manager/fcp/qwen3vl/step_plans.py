@@ -125,8 +125,10 @@ class StepPlans:
             return self.source.plan(step).plan
         except InfeasibleSampleError as err:
             index = self.order.indices(step)[err.index]
+            patches = "" if self.patches is None else f", {self.patches[index]} vision patches"
             raise FCPDataError(
-                f"training sample {index} of the dataset ({err.length} tokens after vision-token expansion) does not fit "
+                f"training sample {index} of the dataset ({err.length} tokens after vision-token expansion{patches}) "
+                f"does not fit "
                 f"any FCP group: it needs {-(-err.length // err.capacity_tokens)} ranks at {err.capacity_tokens} "
                 f"tokens per rank, but groups hold at most {err.max_degree} (raise fcp_max_degree, "
                 f"fcp_max_tokens_per_rank or shorten the sample with seq_length)"
