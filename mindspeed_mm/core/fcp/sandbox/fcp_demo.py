@@ -89,17 +89,18 @@ def _print_plan_part(args: argparse.Namespace) -> None:
           f"{report.result(DEMO_DATASET, FCP_DDP).mean_iteration_ms:,.1f} ms")
     print("== Predicted speedup of FCP over the baselines on this batch (same cost model, step costs included; "
           "DDP layouts against FCP under DDP):")
+    width = max(len(r.strategy) for r in report.results)
     for result in report.results:
         if result.strategy in (FCP, FCP_DDP):
             continue
         if not result.ok:
-            print(f"  {result.strategy:<24} cannot run: {result.error}")
+            print(f"  {result.strategy:<{width}} cannot run: {result.error}")
             continue
         speedup = report.speedup(DEMO_DATASET, fcp_counterpart(result.strategy, config.strategies),
                                  over=result.strategy)
         shown = f"{speedup:.3f}"
         verdict = "as fast" if shown == "1.000" else "faster" if speedup > 1.0 else "slower"
-        print(f"  {result.strategy:<24} {result.mean_iteration_ms:>10,.1f} ms   FCP {shown}x ({verdict})")
+        print(f"  {result.strategy:<{width}} {result.mean_iteration_ms:>10,.1f} ms   FCP {shown}x ({verdict})")
 
 
 def _train_part(args: argparse.Namespace) -> int:
