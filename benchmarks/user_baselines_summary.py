@@ -18,6 +18,7 @@ COLUMNS = {
     "mindspeed_mm_dynamic_batching": "MindSpeed-MM dynamic batching, tuned CP",
     "tuned_static_fsdp": "packed tuned static CP",
     "megatron_hybrid_cp": "Megatron-LM hybrid CP",
+    "hdp": "HDP (modelled), tuned CP",
 }
 ROW = re.compile(r"^(\S*)\s{2,}(\S+)(?: \(([^)]*)\))?\s{2,}([\d,.]+)\s+([\d.]+)\s+\S+\s+([\d.]+ \[[\d.]+-[\d.]+\])")
 

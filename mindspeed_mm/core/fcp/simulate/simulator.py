@@ -16,7 +16,7 @@ import logging
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -32,9 +32,10 @@ from mindspeed_mm.core.fcp.solver.baselines import (
     static_cp_degree,
 )
 
+from mindspeed_mm.core.fcp.solver.hdp_baseline import hdp_run
 from mindspeed_mm.core.fcp.solver.mindspeed_mm_runs import upstream_run
 from mindspeed_mm.core.fcp.solver.step_time import step_lower_bound_ms, step_ms
-from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, tune_static
+from mindspeed_mm.core.fcp.solver.tuned_static import INDEPENDENT, LOCKSTEP, TunedStatic, tune_static
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -52,7 +53,9 @@ UPSTREAM = {"mindspeed_mm_sampler": ("mindspeed_mm_sampler", False),
             "mindspeed_mm_sampler_tuned": ("mindspeed_mm_sampler", True),
             "mindspeed_mm_dynamic_batching": ("mindspeed_mm_dynamic_batching", True)}
 """What MindSpeed-MM's Qwen3-VL users run today (`solver.mindspeed_mm_runs`): (run, tuned layout)."""
-STRATEGIES = (FCP, FCP_DDP, *BASELINES, *TUNED, *UPSTREAM)
+HDP = "hdp"
+"""Huawei's HDP (`solver.hdp_baseline`): sub-rings sized by tokens inside one static CP group, degree tuned."""
+STRATEGIES = (FCP, FCP_DDP, *BASELINES, *TUNED, *UPSTREAM, HDP)
 """All strategies the simulator knows, FCP first."""
 REFERENCE = "megatron_static_cp"
 """Strategy that speedups are measured against."""
@@ -279,7 +282,12 @@ def _simulate_strategy(
     if strategy in TUNED:
         return _tuned(dataset, strategy, batches, cost, config, progress)
     if strategy in UPSTREAM:
-        return _upstream(dataset, strategy, batches, cost, config, progress)
+        run, tuned = UPSTREAM[strategy]
+        return _layout_run(dataset, strategy, batches, cost, config, progress,
+                           lambda: upstream_run(batches, cost, config.solver, run, tuned=tuned), tuned)
+    if strategy == HDP:
+        return _layout_run(dataset, strategy, batches, cost, config, progress,
+                           lambda: hdp_run(batches, cost, config.solver), True)
     try:
         baseline = BASELINES.get(strategy)
         if baseline is not None and baseline.static_algo is not None:
@@ -329,11 +337,12 @@ def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.n
         extras={"cp_degree": tuned.degree, "algo": tuned.algo})
 
 
-def _upstream(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
-              config: SimulationConfig, progress: "tqdm | None") -> StrategyResult:
-    run, tuned = UPSTREAM[strategy]
+def _layout_run(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
+                config: SimulationConfig, progress: "tqdm | None", run: "Callable[[], TunedStatic]",
+                tuned: bool) -> StrategyResult:
+    """A strategy whose layout (degree, algo) is chosen once for the run by `run` (default or tuned)."""
     try:
-        chosen = upstream_run(batches, cost, config.solver, run, tuned=tuned)
+        chosen = run()
     except BaselineInfeasibleError as err:
         return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
     finally:
