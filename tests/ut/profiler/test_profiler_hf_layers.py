@@ -58,3 +58,11 @@ def test_profile_times_hugging_face_qwen3vl(tmp_path: Path, capsys: pytest.Captu
     assert table.time.vision_ms is not None and "composition" not in prov
     cost = CostModel(table, max_tokens_per_rank=512)
     assert cost.group_time_ms(cost.workload([100, 40], [120, 0]), 2, "ulysses") > 0
+
+
+def test_validation_of_a_hugging_face_table_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["profile", "-o", str(tmp_path / "t.json"), "--layers", "hf", "--world-size", "2", "--validate",
+            "--no-progress"]
+    assert main(argv) != 0
+    assert "--validate runs its groups on the profiler's lean decoder" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()

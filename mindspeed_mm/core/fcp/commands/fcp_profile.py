@@ -187,6 +187,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.validate and args.world_size == 1:
         raise ValueError("--validate runs groups of several ranks: it needs --world-size >= 2")
+    if args.validate and args.layers == "hf":
+        raise ValueError("--validate runs its groups on the profiler's lean decoder, which a table timed with "
+                         "--layers hf does not price: validate with --layers lean")
     if args.report is not None and not args.validate:
         raise ValueError("--report needs --validate")
     if args.report is not None:
