@@ -5,7 +5,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, static_layout_plan

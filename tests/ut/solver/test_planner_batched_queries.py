@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from round_solvers import lean_round_solver
 
-from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 from mindspeed_mm.core.fcp.simulate.workloads import generate_samples
 from mindspeed_mm.core.fcp.solver.group_times import SampleWorkloads

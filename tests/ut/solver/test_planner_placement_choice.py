@@ -2,7 +2,6 @@
 if placed compactly, and a start whose groups land across node boundaries can lose its lead."""
 import pytest
 
-from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver import planner

@@ -6,7 +6,6 @@ subset of the same kind of instances so that it stays within a unit-test budget.
 import numpy as np
 import pytest
 
-from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.solver import SolverConfig, validate_plan
 from mindspeed_mm.core.fcp.solver.exact import solve_exact
 from mindspeed_mm.core.fcp.solver.planner import plan_batch
