@@ -52,7 +52,7 @@ def test_a_start_placed_as_the_search_priced_it_is_placed_alone(monkeypatch, wor
 def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_kept(monkeypatch):
     # Image + video on 256 ranks, 2 samples per rank: no round of this batch packs into whole nodes. Laid
     # out by size alone, a 4-rank ring group of 19 samples crosses a node boundary and sets the round at
-    # 5,015 ms; letting the fastest groups cross instead gives 4,890 ms.
+    # 5,152 ms; letting the fastest groups cross instead gives 4,901 ms.
     cost = a3_scenario(shard_ranks=256)
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     lengths, patches = draw_lengths("imagevideo", 512, 0)
@@ -62,4 +62,4 @@ def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_ke
     monkeypatch.setattr(planner, "placements", lambda degrees, ranks, node, times=None: both(degrees, ranks, node))
     by_size = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     assert plan.extras["cross_node_groups"] > 0
-    assert plan.predicted_ms < 0.98 * by_size.predicted_ms
+    assert plan.predicted_ms < 0.96 * by_size.predicted_ms

@@ -115,8 +115,8 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
     groups = closed_start.grouping()
     assert sorted(g for g in groups if own & set(g)) == sorted((i,) for i in own)
     assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-    # 4,631 ms open (the other samples also fill the videos' groups), 4,519 ms closed.
-    assert closed_start.makespan < 0.99 * open_start.makespan
+    # 4,795 ms open (the other samples also fill the videos' groups), 4,515 ms closed.
+    assert closed_start.makespan < 0.95 * open_start.makespan
     # The planner tries it for every size and keeps it here.
     config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
     with_closed = plan_batch(lengths, cost, config, patches=patches)
@@ -124,7 +124,7 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
     monkeypatch.setattr(lean_search, "joint_starts", lambda solver, rounds, degree, closed=False: (
         None if closed else both(solver, rounds, degree)))
     only_open = plan_batch(lengths, cost, config, patches=patches)
-    assert with_closed.predicted_ms < 0.995 * only_open.predicted_ms   # 4,496 ms against 4,545 ms
+    assert with_closed.predicted_ms < 0.97 * only_open.predicted_ms
 
 
 def test_one_more_round_tries_the_losing_kind_of_start_only_when_it_had_none_or_the_winner_improves(monkeypatch):
