@@ -320,27 +320,16 @@ def _simulate_strategy(
 
 def _tuned(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
            config: SimulationConfig, progress: "tqdm | None") -> StrategyResult:
-    try:
-        tuned = tune_static(batches, cost, config.solver, TUNED[strategy])
-    except BaselineInfeasibleError as err:
-        return StrategyResult(dataset=dataset, strategy=strategy, error=str(err))
-    finally:
-        if progress is not None:
-            progress.update(len(batches))
-    if config.validate:
-        for plan, (lengths, patches) in zip(tuned.plans, batches):
-            validate_plan(plan, lengths, cost, patches, priced=True)
-    return StrategyResult(
-        dataset=dataset, strategy=strategy, iteration_ms=tuned.step_ms,
-        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, TUNED[strategy]) for p in tuned.plans),
-        solver_ms=tuple(p.solver_ms for p in tuned.plans), rounds=tuple(p.num_rounds for p in tuned.plans),
-        extras={"cp_degree": tuned.degree, "algo": tuned.algo})
+    semantics = TUNED[strategy]
+    return _layout_run(dataset, strategy, batches, cost, config, progress,
+                       lambda: tune_static(batches, cost, config.solver, semantics), True, semantics)
 
 
 def _layout_run(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray, np.ndarray]], cost: CostModel,
                 config: SimulationConfig, progress: "tqdm | None", run: "Callable[[], TunedStatic]",
-                tuned: bool) -> StrategyResult:
-    """A strategy whose layout (degree, algo) is chosen once for the run by `run` (default or tuned)."""
+                tuned: bool, semantics: str = LOCKSTEP) -> StrategyResult:
+    """A strategy whose layout (degree, algo) is chosen once for the run by `run` (default or tuned), its steps
+    run under `semantics`."""
     try:
         chosen = run()
     except BaselineInfeasibleError as err:
@@ -353,7 +342,7 @@ def _layout_run(dataset: str, strategy: str, batches: Sequence[tuple[np.ndarray,
             validate_plan(plan, lengths, cost, patches, priced=True)
     return StrategyResult(
         dataset=dataset, strategy=strategy, iteration_ms=chosen.step_ms,
-        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, LOCKSTEP) for p in chosen.plans),
+        lower_bound_ms=tuple(step_lower_bound_ms(p.lower_bound_ms, cost, semantics) for p in chosen.plans),
         solver_ms=tuple(p.solver_ms for p in chosen.plans), rounds=tuple(p.num_rounds for p in chosen.plans),
         extras={"cp_degree": chosen.degree, "algo": chosen.algo, "tuned": tuned})
 

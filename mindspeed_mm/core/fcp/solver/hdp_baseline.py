@@ -30,8 +30,8 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
 from mindspeed_mm.core.fcp.solver.mindspeed_mm_runs import token_budget_micro_batches
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
-from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, step_ms
-from mindspeed_mm.core.fcp.solver.tuned_static import TunedStatic
+from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP
+from mindspeed_mm.core.fcp.solver.tuned_static import TunedStatic, best_layout
 
 
 def sub_rings(samples: Sequence[int], lengths: np.ndarray, ranks: int, capacity: int) -> list[tuple[tuple[int, ...], int]]:
@@ -97,15 +97,9 @@ def hdp_run(batches: Sequence[tuple[np.ndarray, np.ndarray | None]], cost: CostM
             config: SolverConfig) -> TunedStatic:
     """HDP at the CP degree with the lowest total step time over the run's batches, under FSDP."""
     longest = max(int(lengths.max()) for lengths, _ in batches)
-    best: TunedStatic | None = None
-    for degree in static_degrees(longest, cost, config, RING):
-        try:
-            plans = tuple(hdp_plan(lengths, cost, config, patches, cp_degree=degree) for lengths, patches in batches)
-        except BaselineInfeasibleError:
-            continue
-        steps = tuple(step_ms(p, cost, LOCKSTEP) for p in plans)
-        if best is None or sum(steps) < sum(best.step_ms):
-            best = TunedStatic(degree, RING, plans, steps)
+    layouts = [(degree, RING) for degree in static_degrees(longest, cost, config, RING)]
+    best = best_layout(batches, cost, layouts, lambda lengths, patches, degree, _: hdp_plan(
+        lengths, cost, config, patches, cp_degree=degree), LOCKSTEP)
     if best is None:
         raise BaselineInfeasibleError(f"hdp: no CP degree holds the run's longest sample ({longest} tokens) on "
                                       f"{config.num_ranks} ranks")

@@ -37,8 +37,8 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
 from mindspeed_mm.core.fcp.solver.baselines import static_cp_degree
 from mindspeed_mm.core.fcp.solver.plan import IDLE, GroupPlan, Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
-from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, step_ms
-from mindspeed_mm.core.fcp.solver.tuned_static import TunedStatic
+from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP
+from mindspeed_mm.core.fcp.solver.tuned_static import TunedStatic, best_layout
 
 UPSTREAM_ALGOS = (ULYSSES, RING)
 """MindSpeed-MM's context-parallel algos for Qwen3-VL (`ulysses_cp_algo`, the default; `megatron_cp_algo`)."""
@@ -148,16 +148,8 @@ def upstream_run(batches: Sequence[tuple[np.ndarray, np.ndarray | None]], cost: 
         layouts = [(d, algo) for algo in UPSTREAM_ALGOS for d in static_degrees(longest, cost, config, algo)]
     else:
         layouts = [(static_cp_degree(longest, cost, config, ULYSSES), ULYSSES)]
-    best: TunedStatic | None = None
-    for degree, algo in layouts:
-        try:
-            plans = tuple(planner(lengths, cost, config, patches, cp_degree=degree, algo=algo)
-                          for lengths, patches in batches)
-        except BaselineInfeasibleError:
-            continue
-        steps = tuple(step_ms(p, cost, LOCKSTEP) for p in plans)
-        if best is None or sum(steps) < sum(best.step_ms):
-            best = TunedStatic(degree, algo, plans, steps)
+    best = best_layout(batches, cost, layouts, lambda lengths, patches, degree, algo: planner(
+        lengths, cost, config, patches, cp_degree=degree, algo=algo), LOCKSTEP)
     if best is None:
         raise BaselineInfeasibleError(f"{run}: no CP layout among {layouts} holds the run's longest sample "
                                       f"({longest} tokens) on {config.num_ranks} ranks")

@@ -17,7 +17,7 @@ batches it is scored on, so it is, if anything, better than what a user could tu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from mindspeed_mm.core.fcp.solver.plan import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
 from mindspeed_mm.core.fcp.solver.step_time import INDEPENDENT, LOCKSTEP, step_ms
 
-__all__ = ["INDEPENDENT", "LOCKSTEP", "TunedStatic", "static_degrees", "tune_static"]
+__all__ = ["INDEPENDENT", "LOCKSTEP", "TunedStatic", "best_layout", "static_degrees", "tune_static"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,22 @@ class TunedStatic:
     """Step time of each batch under the chosen semantics."""
 
 
+def best_layout(batches: Sequence[tuple[np.ndarray, np.ndarray | None]], cost: CostModel,
+                layouts: Sequence[tuple[int, str]], plan_one: Callable[..., Plan], semantics: str) -> TunedStatic | None:
+    """Of `layouts` ((degree, algo) pairs), the one whose plans (`plan_one(lengths, patches, degree, algo)` per batch)
+    have the lowest total step time under `semantics`; None when none can run every batch."""
+    best: TunedStatic | None = None
+    for degree, algo in layouts:
+        try:
+            plans = tuple(plan_one(lengths, patches, degree, algo) for lengths, patches in batches)
+        except BaselineInfeasibleError:
+            continue
+        steps = tuple(step_ms(p, cost, semantics) for p in plans)
+        if best is None or sum(steps) < sum(best.step_ms):
+            best = TunedStatic(degree, algo, plans, steps)
+    return best
+
+
 def tune_static(
     batches: Sequence[tuple[np.ndarray, np.ndarray | None]],
     cost: CostModel,
@@ -54,17 +70,9 @@ def tune_static(
     """The (degree, algo) with the lowest total step time over `batches`; BaselineInfeasibleError
     when no static layout holds the run."""
     longest = max(int(lengths.max()) for lengths, _ in batches)
-    best: TunedStatic | None = None
-    for algo in algos:
-        for degree in static_degrees(longest, cost, config, algo):
-            try:
-                plans = tuple(static_layout_plan(lengths, cost, config, patches, cp_degree=degree, algo=algo,
-                                                 semantics=semantics) for lengths, patches in batches)
-            except BaselineInfeasibleError:
-                continue
-            steps = tuple(step_ms(p, cost, semantics) for p in plans)
-            if best is None or sum(steps) < sum(best.step_ms):
-                best = TunedStatic(degree, algo, plans, steps)
+    layouts = [(degree, algo) for algo in algos for degree in static_degrees(longest, cost, config, algo)]
+    best = best_layout(batches, cost, layouts, lambda lengths, patches, degree, algo: static_layout_plan(
+        lengths, cost, config, patches, cp_degree=degree, algo=algo, semantics=semantics), semantics)
     if best is None:
         raise BaselineInfeasibleError(f"no static (degree, algo) among {list(algos)} holds the run's longest sample "
                                       f"({longest} tokens) on {config.num_ranks} ranks")
