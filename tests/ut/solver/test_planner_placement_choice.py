@@ -10,7 +10,8 @@ from scenario_costs import a3_scenario
 
 def _placed_rounds(monkeypatch, ranks, lengths, patches):
     cost = a3_scenario(shard_ranks=ranks)
-    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
+    # The search of each group's media on its own members (the search as it sees the samples' patches).
+    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node, vision_over_round=False)
     placed = []
     place = planner._placed_round
 
@@ -20,8 +21,10 @@ def _placed_rounds(monkeypatch, ranks, lengths, patches):
         return out
 
     monkeypatch.setattr(planner, "_placed_round", recording)
-    # The search's own rounds, not a static layout that may replace them.
-    monkeypatch.setattr(planner, "fastest_for_lockstep_rounds", lambda plan, *args: plan)
+    # The search's own rounds as it priced them: not a static layout that may replace them, nor their price in
+    # the encoder and decoder phases of lockstep rounds (`vision_phases`, tested on its own).
+    monkeypatch.setattr(planner, "fastest_for_lockstep_rounds", lambda plan, *args, **kwargs: plan)
+    monkeypatch.setattr(planner, "priced_in_phases", lambda plan, *args, **kwargs: plan)
     plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     validate_plan(plan, lengths.tolist(), cost, patches.tolist(), priced=True)
     return plan, placed

@@ -130,7 +130,8 @@ def test_own_groups_closed_to_the_other_samples_when_they_hold_much_of_the_ranks
 def test_one_more_round_tries_the_losing_kind_of_start_only_when_it_had_none_or_the_winner_improves(monkeypatch):
     cost = a3_scenario(shard_ranks=24)
     lengths, patches = draw_lengths("imagevideo", 192, 1)
-    config = SolverConfig(24, ranks_per_node=cost.ranks_per_node)
+    # The search as it sees the samples' patches (each group's media on its own members).
+    config = SolverConfig(24, ranks_per_node=cost.ranks_per_node, vision_over_round=False)
     tried, every = [], lean_search.joint_starts
 
     def recorded(solver, rounds, degree, closed=False):

@@ -94,15 +94,18 @@ class StageCoefficients:
     def non_attention_ms(self, tokens: np.ndarray, patches: np.ndarray, inv_degree: np.ndarray) -> np.ndarray:
         """The stage's non-attention work, the output layer and the vision encoder on one rank of a group
         sharing `tokens` and `patches` evenly (`inv_degree` = 1 / degree)."""
-        if self.vision_curve is None:
-            vision = inv_degree * (self.per_patch_ms * patches) + self.vision_call_ms * (patches > 0)
-        else:
-            vision = self.vision_scale * self.vision_curve(inv_degree * patches) * (patches > 0)
+        vision = self.vision_ms(inv_degree * patches)
         if self.layer_linear is None:
             return inv_degree * (self.per_token_ms * tokens) + vision
         per_rank = inv_degree * tokens
         return (self.layer_linear_scale * self.layer_linear(per_rank) + self.output_ms_per_token * per_rank
                 + vision)
+
+    def vision_ms(self, patches_on_rank: np.ndarray) -> np.ndarray:
+        """One call of the vision encoder on a rank encoding `patches_on_rank` patches (0: no call)."""
+        if self.vision_curve is None:
+            return self.per_patch_ms * patches_on_rank + self.vision_call_ms * (patches_on_rank > 0)
+        return self.vision_scale * self.vision_curve(patches_on_rank) * (patches_on_rank > 0)
 
     @property
     def kv_bytes_per_token(self) -> int:

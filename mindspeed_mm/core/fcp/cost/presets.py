@@ -330,7 +330,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
             vision=None if enc is None else VisionShape(
                 depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
-                spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch)),
+                spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch, mergers=enc.mergers)),
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
         time=time,
         memory=memory_figures(hw, mp, setup),

@@ -24,7 +24,7 @@ _KEYS = {
                  "intra_node_bytes_per_s", "inter_node_bytes_per_s"},
     "model": {"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "attention_mask",
               "vision"},
-    "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch"},
+    "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch", "mergers"},
     "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
              "output_ms_per_token", "vision_ms_per_patch", "vision_ms_per_call", "launch_ms", "p2p_ms",
              "all_to_all_ms", "comm_overlap", "linear_ms", "attention_call_ms", "vision_ms"},
@@ -141,8 +141,9 @@ class _Parser:
         if doc is None:
             return None
         doc = self.section(doc, p, p)
+        mergers = self.positive_int(doc, p, "mergers") if "mergers" in doc else 1
         return VisionShape(**{k: self.positive_int(doc, p, k) for k in (
-            "depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch")})
+            "depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch")}, mergers=mergers)
 
     def model(self, doc: Any) -> ModelShape:
         p = "model"

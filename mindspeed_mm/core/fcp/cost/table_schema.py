@@ -60,6 +60,9 @@ class VisionShape:
     """Patches merged per side into one LLM token (merge**2 patches per token)."""
     temporal_patch: int
     """Frames folded into one patch along time (1 for images-as-tiles)."""
+    mergers: int = 1
+    """Feature rows the encoder hands the LLM per merged token: its merger's, plus one per DeepStack merger
+    (Qwen3-VL: 4). Sizes the rows a rank encoding for another rank sends it."""
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class ProfileConfig:
             return self.model
         vision = VisionShape(depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp,
                              patch_size=enc.patch_size, spatial_merge=enc.spatial_merge,
-                             temporal_patch=enc.temporal_patch)
+                             temporal_patch=enc.temporal_patch, mergers=enc.mergers)
         return dataclasses.replace(self.model, vision=vision)
 
     @property

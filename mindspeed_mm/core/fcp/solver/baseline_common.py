@@ -1,6 +1,7 @@
 """Pieces every baseline shares: checks, timed groups placed on ranks, rounds, the plan with its bound."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
@@ -12,9 +13,10 @@ from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
-from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
+from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.rounds import min_rounds
 from mindspeed_mm.core.fcp.solver.lengths import checked_sample_lengths
+from mindspeed_mm.core.fcp.solver.vision_phases import priced_in_phases
 
 RING = "ring"
 ULYSSES = "ulysses"
@@ -103,13 +105,19 @@ def baseline_plan(
     patches: Sequence[int] | None,
     started: float,
     extras: dict[str, object],
+    semantics: str = LOCKSTEP,
 ) -> Plan:
+    """The baseline's plan of `rounds`; in lockstep rounds with vision work, priced in phases, each group
+    encoding its own media (`vision_phases`)."""
     bound = batch_lower_bound(lengths, cost, config, patches)
-    return Plan(
+    plan = Plan(
         rounds=tuple(rounds),
         predicted_ms=float(sum(r.predicted_ms for r in rounds)),
         lower_bound_ms=float(bound),
-        solver_ms=(time.perf_counter() - started) * 1e3,
+        solver_ms=0.0,
         num_ranks=config.num_ranks,
         extras={**extras, "ranks_per_node": config.ranks_per_node},
     )
+    if semantics == LOCKSTEP and patches is not None and any(patches):
+        plan = priced_in_phases(plan, lengths, patches, cost, config.ranks_per_node, over_round=False)
+    return dataclasses.replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)

@@ -127,7 +127,7 @@ def _homogeneous_plan(
     arrange = independent_rounds if semantics == INDEPENDENT else lockstep_rounds
     rounds = arrange(packs, replicas, lengths, patches, cost, config.ranks_per_node)
     extras = {"strategy": strategy, "cp_degree": degree, "dp_degree": replicas}
-    return baseline_plan(rounds, lengths, cost, config, patches, started, extras)
+    return baseline_plan(rounds, lengths, cost, config, patches, started, extras, semantics)
 
 
 def static_layout_plan(

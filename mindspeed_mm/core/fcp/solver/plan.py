@@ -51,6 +51,11 @@ class SolverConfig:
     """How the plan's rounds run (`step_time`). `INDEPENDENT`: the planner also weighs every static
     layout run as independent replicas, whose short replicas sit the last rounds out (`IDLE` groups),
     and keeps whichever finishes first when each group waits only for its own members."""
+    vision_over_round: bool = True
+    """Lockstep rounds may spread their media over all the round's ranks (`vision_phases`), not only over
+    each group's members: MindSpeed-MM's Qwen3-VL path encodes a round so when its plan says
+    `RoundPlan.vision_over_round`. False: each group encodes its own media (an ablation; `fcp train` plans
+    independent groups, which this does not concern)."""
     thorough_search: bool = False
     """Plan every batch with the search small problems get (`planner._SMALL_PROBLEM`: several round
     counts and spreads, every uniform degree, every sample move), not only the small ones: about 100x
@@ -58,6 +63,8 @@ class SolverConfig:
     leaves (`benchmarks/flexibility_report.py --strategies ...,fcp_thorough_search`)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.vision_over_round, bool):
+            raise ValueError(f"vision_over_round must be a bool, got {self.vision_over_round!r}")
         if not isinstance(self.thorough_search, bool):
             raise ValueError(f"thorough_search must be a bool, got {self.thorough_search!r}")
         if self.step_semantics not in STEP_SEMANTICS:
@@ -134,17 +141,30 @@ class RoundPlan:
     """Groups of the round, ordered by first rank; together they cover ranks 0..N-1 exactly once."""
     predicted_ms: float
     """Predicted time of the round: the slowest group's time."""
+    vision_ms: float | None = None
+    """Rounds priced in lockstep phases (`vision_phases`): the round's vision phase, which every group's
+    predicted time includes before its own decoder work. None: each group's time holds its own encoder work."""
+    vision_over_round: bool = False
+    """The round's media are encoded by all its ranks, not each group's by its own members (`vision_phases`)."""
 
     def to_json(self) -> dict[str, Any]:
-        """The round as a JSON-ready dict."""
-        return {"groups": [g.to_json() for g in self.groups], "predicted_ms": self.predicted_ms}
+        """The round as a JSON-ready dict (the vision fields only when set)."""
+        out: dict[str, Any] = {"groups": [g.to_json() for g in self.groups], "predicted_ms": self.predicted_ms}
+        if self.vision_ms is not None:
+            out["vision_ms"] = self.vision_ms
+        if self.vision_over_round:
+            out["vision_over_round"] = True
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RoundPlan":
         """Reads a round written by `to_json`."""
+        vision_ms = data.get("vision_ms") if isinstance(data, dict) else None
         return cls(
             groups=tuple(GroupPlan.from_json(g) for g in _field(data, "groups", "round")),
             predicted_ms=float(_field(data, "predicted_ms", "round")),
+            vision_ms=None if vision_ms is None else float(vision_ms),
+            vision_over_round=bool(data.get("vision_over_round", False)),
         )
 
 
@@ -284,12 +304,15 @@ def validate_plan(
                     f"{where}: {tokens} tokens exceed the memory of {group.degree} ranks "
                     f"({cost.capacity_tokens} tokens per rank)"
                 )
+            phased = round_plan.vision_ms is not None
             workload = cost.workload(
                 [int(lengths[s]) for s in group.samples],
-                None if patches is None else [int(patches[s]) for s in group.samples],
+                None if patches is None or phased else [int(patches[s]) for s in group.samples],
             )
             part = placed_node_part(group.ranks[0], group.degree, node)
             placed_ms = float(cost.group_time_ms(workload, group.degree, group.algo, node_part=part))
+            if phased:
+                placed_ms += round_plan.vision_ms
             if not math.isfinite(placed_ms):
                 raise InvalidPlanError(f"{where}: algo {group.algo!r} is infeasible at degree {group.degree}")
             if priced and group.predicted_ms < placed_ms * (1 - 1e-6):
@@ -297,6 +320,13 @@ def validate_plan(
                                        f"the cost model gives the group where it is placed")
         if covered != n:
             raise InvalidPlanError(f"round {r}: degrees sum to {covered}, expected num_ranks={n}")
+        if priced and round_plan.vision_ms is not None:
+            from mindspeed_mm.core.fcp.solver.vision_phases import vision_phase_ms
+
+            phase_ms = vision_phase_ms(round_plan, patches, cost, round_plan.vision_over_round)
+            if round_plan.vision_ms < phase_ms * (1 - 1e-6):
+                raise InvalidPlanError(f"round {r}: vision phase {round_plan.vision_ms} ms is below the {phase_ms} ms "
+                                       "the cost model gives its media")
         slowest = max((g.predicted_ms for g in round_plan.groups), default=0.0)
         if not math.isclose(round_plan.predicted_ms, slowest, rel_tol=_TIME_RTOL):
             raise InvalidPlanError(f"round {r}: predicted {round_plan.predicted_ms} ms != slowest group {slowest} ms")

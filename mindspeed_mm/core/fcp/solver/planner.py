@@ -46,7 +46,8 @@ from mindspeed_mm.core.fcp.solver.round_exchange import exchange_between_rounds
 from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, no_plan, round_counts, round_limit, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.lengths import checked_counts
-from mindspeed_mm.core.fcp.solver.step_time import RoundFloor, round_floor
+from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, RoundFloor, round_floor
+from mindspeed_mm.core.fcp.solver.vision_phases import priced_in_phases
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -94,7 +95,12 @@ def plan_batch(
         i = int(too_wide[0])
         raise InfeasibleSampleError(i, lengths[i], capacity, max_degree, n_ranks)
 
-    workloads = SampleWorkloads(cost, length_arr, patch_arr)
+    # Lockstep rounds with vision work run the encoder and the decoder as two phases (`vision_phases`); with the
+    # media spread over each round's ranks, the vision phase depends on the round's patches alone, so the rounds
+    # are searched on the decoder work.
+    phased = config.step_semantics == LOCKSTEP and patch_arr is not None and bool(patch_arr.any())
+    search_patches = None if phased and config.vision_over_round else patch_arr
+    workloads = SampleWorkloads(cost, length_arr, search_patches)
     timer = GroupTimer(cost, max_degree, config.degrees)
     facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
@@ -139,6 +145,15 @@ def plan_batch(
     )
     if config.step_semantics == INDEPENDENT:
         plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config)
+    elif phased:
+        # Priced as the encoder phase plus the decoder phase (`vision_phases`), the static layouts weighed so too.
+        def in_phases(candidate: Plan) -> Plan:
+            return priced_in_phases(candidate, length_arr, patch_arr, cost, config.ranks_per_node,
+                                    config.vision_over_round)
+
+        plan = in_phases(plan)
+        if not config.allow_idle_ranks:
+            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=in_phases)
     elif not config.allow_idle_ranks:
         plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)

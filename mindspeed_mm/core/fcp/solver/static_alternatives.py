@@ -12,6 +12,7 @@ in its samples) shared by the replicas, and at least its slowest sample's time a
 in the order of that bound."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -50,8 +51,11 @@ def _straddling(rounds: list, node: int) -> int:
 
 
 def fastest_for_lockstep_rounds(plan: Plan, lengths: np.ndarray, patches: list[int] | None, cost: CostModel,
-                                config: SolverConfig, floor: RoundFloor) -> Plan:
-    """`plan`, or the static layout in lockstep rounds whose rounds, each counted by `floor`, take less time."""
+                                config: SolverConfig, floor: RoundFloor,
+                                reprice: Callable[[Plan], Plan] | None = None) -> Plan:
+    """`plan`, or the static layout in lockstep rounds whose rounds, each counted by `floor`, take less time.
+    `reprice`: how a layout's plan is priced (`vision_phases.priced_in_phases`), never below the group times the
+    layouts are packed and skipped by."""
     def total(rounds) -> float:
         return sum(floor.round_ms(r.predicted_ms) for r in rounds)
 
@@ -76,12 +80,14 @@ def fastest_for_lockstep_rounds(plan: Plan, lengths: np.ndarray, patches: list[i
             if not sum(floor.round_ms(ms) for ms in slowest_first[::replicas]) < best_ms:
                 continue
         rounds = lockstep_rounds(packs, replicas, lengths, patches, cost, node)
-        candidate_ms = total(rounds)
+        candidate = replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
+                            extras={**plan.extras, "cross_node_groups": _straddling(rounds, node),
+                                    "static_layout": {"cp_degree": degree, "algo": algo}})
+        if reprice is not None:
+            candidate = reprice(candidate)
+        candidate_ms = total(candidate.rounds)
         if candidate_ms < best_ms:
-            best = replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
-                           extras={**plan.extras, "cross_node_groups": _straddling(rounds, node),
-                                   "static_layout": {"cp_degree": degree, "algo": algo}})
-            best_ms = candidate_ms
+            best, best_ms = candidate, candidate_ms
     return best
 
 
