@@ -8,7 +8,7 @@ import torch
 
 from distributed_utils import run_distributed
 from mindspeed_mm.features_manager.fcp.qwen3vl.vision_split import (
-    assign_media, encode_media_in_group, media_items, media_pieces,
+    assign_media, assign_over_round, encode_media_in_group, encode_media_over_round, media_items, media_pieces,
 )
 
 MERGE_AREA = 4
@@ -90,6 +90,105 @@ def test_a_long_video_is_encoded_across_the_members_in_frame_group_ranges() -> N
     # images every member encodes a piece, and rows and gradients still equal encoding everything on each rank.
     results = run_distributed(_split_and_full, 4, 4, timeout_s=300.0)
     assert [r["stand_in"] for r in results].count(True) == 0
+    for result in results:
+        assert torch.allclose(result["rows"], result["full"], atol=1e-6)
+        assert torch.allclose(result["split_grad"], result["full_grad"], atol=1e-5)
+
+
+def test_a_round_media_go_to_their_own_group_up_to_the_round_share_then_anywhere() -> None:
+    # 40 patches over 4 ranks (share 10): group 0 (ranks 0-1) holds four 8-patch video pieces and a 4-patch image,
+    # group 1 (ranks 2-3) a 4-patch image. Two video pieces stay home, two go to group 1's ranks; the images stay.
+    pieces = media_pieces(media_items(torch.tensor([[1, 2, 2]]), torch.tensor([[8, 2, 2]])), 4)
+    pieces = pieces + media_items(torch.tensor([[1, 2, 2]]), None)
+    home = [range(0, 2)] * 5 + [range(2, 4)]
+    assert [p.patches for p in pieces] == [4, 8, 8, 8, 8, 4]
+    assert assign_over_round(pieces, home, 4) == [0, 0, 1, 2, 3, 2]
+
+
+def _round_split_and_full(rank: int, world_size: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    group_index, first = (0, 0) if rank < 2 else (1, 2)
+    grids = ([torch.tensor([[1, 2, 2]]), torch.tensor([[8, 2, 2]])] if group_index == 0
+             else [torch.tensor([[1, 2, 2]]), None])
+    items = media_items(*grids)
+    torch.manual_seed(100 + group_index)  # both members of a group hold its pixels
+    pixels = torch.randn(sum(item.patches for item in items), 5)
+    torch.manual_seed(0)
+    weight = torch.randn(5, WIDTH, requires_grad=True)
+    total = sum(item.patches for item in items) // MERGE_AREA
+    upstream = torch.randn(total, WIDTH) + rank
+    # each member of a group needs some of its group's rows, in an order of its own
+    needed = [torch.arange(total)[torch.arange(total) % 2 == m].flip(0) for m in range(2)]
+    if group_index == 1:
+        needed = [torch.arange(total), torch.zeros(0, dtype=torch.int64)]
+
+    def stand_in() -> torch.Tensor:
+        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
+
+    rows, anchor = encode_media_over_round(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
+                                           rank - first, first, rank, dist.group.WORLD, pixel_width=5)
+    mine = needed[rank - first]
+    loss = (rows * upstream[mine]).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
+    loss.backward()
+    split_grad = weight.grad.clone()
+    dist.all_reduce(split_grad)
+    weight.grad = None
+    full = _encoder(weight)(pixels, torch.cat([g for g in grids if g is not None]))
+    (full[mine] * upstream[mine]).sum().backward()
+    full_grad = weight.grad.clone()
+    dist.all_reduce(full_grad)
+    return {"rows": rows.detach(), "full": full.detach()[mine], "split_grad": split_grad, "full_grad": full_grad}
+
+
+def test_a_round_encoded_over_all_its_ranks_gives_each_rank_its_rows_and_exact_gradients() -> None:
+    # Two video pieces of group 0 are encoded by group 1's ranks (their pixels sent there, the rows sent back).
+    results = run_distributed(_round_split_and_full, 4, timeout_s=300.0)
+    assert [r["rows"].shape[0] for r in results] == [5, 4, 1, 0]  # group 0: 9 rows over 2; group 1: 1 row
+    for result in results:
+        assert torch.allclose(result["rows"], result["full"], atol=1e-6)
+        assert torch.allclose(result["split_grad"], result["full_grad"], atol=1e-5)
+
+
+def _round_with_a_bystander(rank: int, world_size: int) -> dict[str, Any]:
+    """Three groups: ranks 0-1 hold a long video, rank 2 an image, rank 3 nothing; rank 3 neither sends nor
+    receives pixels, yet takes part in the round's exchanges."""
+    import torch.distributed as dist
+
+    group_index, first, degree = {0: (0, 0, 2), 1: (0, 0, 2), 2: (1, 2, 1), 3: (2, 3, 1)}[rank]
+    grids = {0: (None, torch.tensor([[6, 2, 2]])), 1: (torch.tensor([[1, 2, 2]]), None), 2: (None, None)}[group_index]
+    items = media_items(*grids)
+    torch.manual_seed(100 + group_index)
+    pixels = torch.randn(sum(item.patches for item in items), 5) if items else None
+    torch.manual_seed(0)
+    weight = torch.randn(5, WIDTH, requires_grad=True)
+    total = sum(item.patches for item in items) // MERGE_AREA
+    needed = [torch.arange(total)[torch.arange(total) % degree == m] for m in range(degree)]
+
+    def stand_in() -> torch.Tensor:
+        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
+
+    rows, anchor = encode_media_over_round(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
+                                           rank - first, first, rank, dist.group.WORLD, pixel_width=5)
+    mine = needed[rank - first]
+    loss = (rows * (1.0 + rank)).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
+    loss.backward()
+    split_grad = weight.grad.clone()
+    dist.all_reduce(split_grad)
+    weight.grad = None
+    if items:
+        full = _encoder(weight)(pixels, torch.cat([g for g in grids if g is not None]))[mine]
+        (full * (1.0 + rank)).sum().backward()
+    else:
+        full = torch.zeros(0, WIDTH)
+    full_grad = torch.zeros_like(weight) if weight.grad is None else weight.grad.clone()
+    dist.all_reduce(full_grad)
+    return {"rows": rows.detach(), "full": full.detach(), "split_grad": split_grad, "full_grad": full_grad}
+
+
+def test_every_rank_of_the_round_joins_its_exchanges_even_with_nothing_to_move() -> None:
+    results = run_distributed(_round_with_a_bystander, 4, timeout_s=300.0)
+    assert [r["rows"].shape[0] for r in results] == [3, 3, 1, 0]
     for result in results:
         assert torch.allclose(result["rows"], result["full"], atol=1e-6)
         assert torch.allclose(result["split_grad"], result["full_grad"], atol=1e-5)

@@ -94,6 +94,8 @@ class FCPRound:
     """Attention algorithm of the group: "ring" or "ulysses"."""
     batch_positions: tuple[int, ...]
     """Positions (in the global batch) of the group's samples, in packing order."""
+    vision_over_round: bool = False
+    """The round's media are encoded by all the plane's ranks (`RoundPlan.vision_over_round`)."""
 
     @property
     def degree(self) -> int:
@@ -116,6 +118,7 @@ def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
                 rank_in_group=group.ranks.index(layout.fcp_rank),
                 algo=group.algo,
                 batch_positions=tuple(group.samples),
+                vision_over_round=plan.rounds[index].vision_over_round,
             )
         )
     return rounds
@@ -229,6 +232,8 @@ class FCPRuntime:
             measure = measure or self._source_measures()
         rounds = rounds_of_rank(plan, layout)
         candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
+        if any(round_plan.vision_over_round for round_plan in plan.rounds):
+            candidates.append(tuple(range(layout.num_fcp_ranks)))
         self._pool().prewarm(self._in_every_plane(candidates))
         self._rounds = rounds
         self._next_round = 0
@@ -321,11 +326,23 @@ class FCPRuntime:
             return None
         return self._pool().get(fcp_round.group_ranks)
 
+    def plane_group(self) -> dist.ProcessGroup | None:
+        """The process group of this rank's whole plane (None for a plane of one rank), which a round encoding
+        its media over all its ranks exchanges on; created by `begin_step` for such plans."""
+        layout = self.require_layout()
+        if layout.num_fcp_ranks == 1:
+            return None
+        return self._pool().get(layout.plane)
+
     def _candidate_groups(self) -> list[tuple[int, ...]]:
-        """Every multi-rank group a plan can use, in every plane."""
+        """Every multi-rank group a plan can use, in every plane: the contiguous ranges up to the largest degree
+        and the whole plane (rounds encoding their media over all their ranks)."""
         layout = self.require_layout()
         limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
-        return self._in_every_plane(contiguous_rank_ranges(layout.num_fcp_ranks, limit))
+        ranges = contiguous_rank_ranges(layout.num_fcp_ranks, limit)
+        if limit < layout.num_fcp_ranks:
+            ranges.append(tuple(range(layout.num_fcp_ranks)))
+        return self._in_every_plane(ranges)
 
     def _pool(self) -> CommGroupPool:
         """The group pool, bounded by the number of groups plans can use (created on first need)."""

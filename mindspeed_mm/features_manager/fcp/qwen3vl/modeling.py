@@ -11,10 +11,11 @@ round two wrappers take over:
   never across a sample boundary.
 
 The vision tower runs exactly once per round on every rank (under FSDP2 every call is a collective of
-all ranks, so each must make the same calls): in a group of several ranks each image or video is encoded
-by one member, which sends each member the feature rows of its shard's visual tokens (`vision_split`); a
-rank without media encodes a stand-in weighted 0. No member holds the embeddings or vision features of the
-whole group.
+all ranks, so each must make the same calls): in a group of several ranks each image or video (a long video
+in ranges of its frame groups) is encoded by one member, which sends each member the feature rows of its
+shard's visual tokens (`vision_split`); in a round whose plan says `vision_over_round` the media of all its
+groups are so spread over all its ranks. A rank without media encodes a stand-in weighted 0. No member holds
+the embeddings or vision features of the whole group.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from mindspeed_mm.core.fcp.parallel import fcp_attention
 from ..runtime import FCPRuntimeError, get_fcp_runtime
 from .shard import SEQLENS_KEY, TextShard, active_shard, round_shard, run_text_decoder_on
 from .vision_patches import vision_is_frozen
-from .vision_split import encode_media_in_group, media_items
+from .vision_split import encode_media_in_group, encode_media_over_round, media_items
 
 
 def _vision_rows(model: Any, pixels: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
@@ -86,17 +87,28 @@ def _shard_inputs(model: Any, input_ids: torch.Tensor, media: dict[str, Any], sh
         return rows[rows >= 0]
 
     index = shard.global_index.to(input_ids.device)
-    if shard.group is None:
+    runtime = get_fcp_runtime()
+    fcp_round = shard.fcp_round
+    width = model.config.vision_config.out_hidden_size * (1 + len(model.visual.deepstack_visual_indexes))
+    members_needed = [needed(shard.layout.shard(member).global_index) for member in range(fcp_round.degree)]
+    plane_group = runtime.plane_group() if fcp_round.vision_over_round else None
+    if plane_group is not None:
+        layout = runtime.require_layout()
+        vision = model.config.vision_config
+        rows, anchor = encode_media_over_round(
+            lambda p, g: _vision_rows(model, p, g), lambda: _stand_in_anchor(model),
+            torch.cat(pixels) if pixels else None, items, merge_area, width, members_needed,
+            fcp_round.rank_in_group, layout.plane.index(fcp_round.group_ranks[0]), layout.fcp_rank, plane_group,
+            pixel_width=vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2,
+            log=runtime.settings.log_plan)
+    elif shard.group is None:
         rows, anchor = _vision_rows_or_anchor(model, pixels, items)
         rows = rows[needed(shard.global_index).to(rows.device)]
     else:
-        hidden = model.config.vision_config.out_hidden_size
         rows, anchor = encode_media_in_group(
             lambda p, g: _vision_rows(model, p, g), lambda: _stand_in_anchor(model),
-            torch.cat(pixels) if pixels else None, items, merge_area,
-            hidden * (1 + len(model.visual.deepstack_visual_indexes)),
-            [needed(shard.layout.shard(member).global_index) for member in range(shard.fcp_round.degree)],
-            shard.fcp_round.rank_in_group, shard.group, log=get_fcp_runtime().settings.log_plan)
+            torch.cat(pixels) if pixels else None, items, merge_area, width, members_needed,
+            fcp_round.rank_in_group, shard.group, log=runtime.settings.log_plan)
     shard_ids = input_ids[:, index]
     embeds = model.get_input_embeddings()(shard_ids)  # [1, shard tokens, hidden]
     visual_mask = feature_rows[index].unsqueeze(0) >= 0  # [1, shard tokens]
