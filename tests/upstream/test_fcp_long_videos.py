@@ -1,15 +1,17 @@
-"""FCP with long videos split across their CP group trains upstream's Qwen3-VL as one process does.
+"""FCP with long videos split over the ranks of their round trains upstream's Qwen3-VL as one process does.
 
 The tiny Qwen3-VL trains 4 steps of global batch 8 on a dataset whose every fourth sample is a 24 s video (48
 frames kept at 2 fps: 24 frame groups, 738 tokens) among images and short videos, with the keys of the tiny CPU
-example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks, whose
-members encode it in ranges of its frame groups (`vision_split.media_pieces`). FCP on 4 gloo processes against
-one process without FCP, under FSDP2 and under Megatron DDP, each with a trainable vision tower and with
-upstream's frozen one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
+example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks; its round
+encodes it in ranges of its frame groups (`vision_split.media_pieces`) over all 4 ranks, the rank of the other
+group receiving a range's pixels and sending its feature rows back (`encode_media_over_round`). FCP on 4 gloo
+processes against one process without FCP, under FSDP2 and under Megatron DDP, each with a trainable vision
+tower and with upstream's frozen one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
 """
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -23,7 +25,8 @@ SEQ_LENGTH = 1024
 LONG_VIDEO_DATA = {"video_max_pixels": 16384, "video_min_pixels": 0, "video_fps": 2.0, "video_maxlen": 64}
 FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 256, "fcp_max_degree": 3, "fcp_log_plan": True}
 TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
-SPLIT_LINE = "long videos cut into frame-group ranges"
+SPREAD_LINE = re.compile(r"the round's (\d+) media of \d+ patches encoded over its 4 ranks as (\d+) pieces, "
+                         r"(\d+) patches outside their group")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,9 @@ def test_long_videos_split_across_their_group_train_like_one_process(runs, case)
         assert math.isclose(got, want, rel_tol=1e-5), f"{case}: loss of step {step}: FCP {got}, 1 process {want}"
     for step, (got, want) in enumerate(zip(fcp.grad_norms, single.grad_norms), start=1):
         assert math.isclose(got, want, rel_tol=1e-4), f"{case}: grad norm of step {step}: FCP {got}, 1 process {want}"
-    # The long videos ran on groups of 3 ranks (and others on 2), and their groups encoded them in pieces.
+    # The long videos ran on groups of 3 ranks (and others on 2); their rounds cut them into frame-group ranges
+    # and encoded some of those on the rank outside their group.
     degrees = {d for rounds in planned_degrees(fcp.text).values() for groups in rounds for d in groups}
     assert {2, 3} <= degrees, degrees
-    assert SPLIT_LINE in fcp.text
+    spread = [tuple(int(v) for v in m.groups()) for m in SPREAD_LINE.finditer(fcp.text)]
+    assert any(pieces > media and outside > 0 for media, pieces, outside in spread), spread
