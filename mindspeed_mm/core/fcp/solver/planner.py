@@ -47,7 +47,7 @@ from mindspeed_mm.core.fcp.solver.round_polish import polish_round
 from mindspeed_mm.core.fcp.solver.rounds import fill_rounds, min_rounds, no_plan, round_counts, round_limit, spread_over_rounds
 from mindspeed_mm.core.fcp.solver.lengths import checked_counts
 from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, RoundFloor, round_floor
-from mindspeed_mm.core.fcp.solver.vision_phases import priced_in_phases
+from mindspeed_mm.core.fcp.solver.vision_phases import priced_in_phases, vision_rank_ms
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -121,6 +121,9 @@ def plan_batch(
     lower_bound = max(work_bound(cost, lengths, patch_list, n_ranks, fewest_rounds), longest)
     # Under FSDP a round lasts at least its parameter traffic: round counts are compared on that.
     floor = round_floor(cost, config.step_semantics)
+    # Searched on the decoder work, rounds that spread their media over all their ranks each also pay one encoder
+    # call's fixed cost (the call on one merge block): the search counts it per round.
+    search_floor = replace(floor, per_round_ms=vision_rank_ms(cost, 1)) if search_patches is None and phased else floor
 
     def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...]:
         if config.allow_idle_ranks:
@@ -129,10 +132,11 @@ def plan_batch(
 
     if thorough:
         rounds = placed(_best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
-                                     floor=floor))
+                                     floor=search_floor))
     else:
-        found, moves = lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound, floor)
-        rounds = _fastest_placed(solver, found, moves, placed, floor)
+        found, moves = lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound,
+                                   search_floor)
+        rounds = _fastest_placed(solver, found, moves, placed, search_floor)
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
         rounds=tuple(r[0] for r in rounds),

@@ -28,14 +28,18 @@ class RoundFloor:
 
     step: StepFigures | None = None
     """The step figures whose FSDP traffic lengthens every round (None: rounds last their pass)."""
+    per_round_ms: float = 0.0
+    """Work every round adds to its slowest group's pass, whatever its samples: the search of rounds that spread
+    their media over all their ranks counts each round's encoder call floor here (`vision_phases`)."""
 
     @property
     def traffic_ms(self) -> float:
         """The least any round lasts."""
-        return 0.0 if self.step is None else self.step.fsdp_round_ms
+        return self.round_ms(0.0)
 
     def round_ms(self, pass_ms: float) -> float:
         """Length of a round whose slowest group's pass lasts `pass_ms`."""
+        pass_ms += self.per_round_ms
         return pass_ms if self.step is None else self.step.lockstep_round_ms(pass_ms)
 
 
