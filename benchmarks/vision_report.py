@@ -15,7 +15,8 @@ and decoder layer all-gathers over all ranks: `solver/vision_phases.py`).
   ranks (upstream's `split_visual_seqs_with_cp`), packed by FCP's packer.
 Trainable and frozen tower (`cost.builder.frozen_vision_table`), InternVid-like, OpenVid-like and image + video
 batches, 16 / 64 / 256 ranks, 3 seeds x 2 batches of 8 samples per rank. Cells: the strategy's step time over
-FCP's, mean [min-max] over seeds (> 1: FCP faster).
+FCP's, mean [min-max] over seeds (> 1: FCP faster); the last column, tuned static over the batches' lower bound
+(`solver/lower_bound.py`), is the most any plan could gain over it.
 
     python benchmarks/vision_report.py [--preset a3-qwen3vl-8b] [--scales 16,64,256]
 """
@@ -31,7 +32,7 @@ from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
-from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, step_ms
+from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, step_lower_bound_ms, step_ms
 from mindspeed_mm.core.fcp.solver.tuned_static import tune_static
 from mindspeed_mm.core.fcp.solver.vision_phases import vision_rank_ms
 
@@ -71,8 +72,8 @@ def main() -> None:
     print(f"preset {args.preset}; {args.seeds} seeds x {args.batches} batches of {args.per_rank} samples per rank; "
           "cells: strategy step time / FCP step time, mean [min-max] over seeds")
     print("| vision tower | workload | ranks | FCP ms/step | rounds spread | fcp_in_group | fcp_before | "
-          "tuned_static (layout) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "tuned_static (layout) | tuned_static / bound |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for frozen in (False, True):
         for workload in WORKLOADS:
             for ranks in (int(s) for s in args.scales.split(",")):
@@ -81,17 +82,18 @@ def main() -> None:
                 config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
                 in_group = dataclasses.replace(config, vision_over_round=False)
                 gbs = args.per_rank * ranks
-                fcp_totals, local, before, static, layouts = [], [], [], [], set()
+                fcp_totals, local, before, static, ceiling, layouts = [], [], [], [], [], set()
                 spread = total_rounds = 0
                 for seed in range(args.seeds):
                     lengths, patches = draw_lengths(workload, gbs * args.batches, 1000 * seed + 11)
                     batches = [(lengths[k * gbs:(k + 1) * gbs], patches[k * gbs:(k + 1) * gbs])
                                for k in range(args.batches)]
-                    fcp_total = local_total = before_total = 0.0
+                    fcp_total = local_total = before_total = bound_total = 0.0
                     for batch_lengths, batch_patches in batches:
                         plan = plan_batch(batch_lengths.tolist(), cost, config, batch_patches.tolist())
                         validate_plan(plan, batch_lengths.tolist(), cost, batch_patches.tolist(), priced=True)
                         fcp_total += step_ms(plan, cost, LOCKSTEP)
+                        bound_total += step_lower_bound_ms(plan.lower_bound_ms, cost, LOCKSTEP)
                         spread += sum(r.vision_over_round for r in plan.rounds)
                         total_rounds += plan.num_rounds
                         local_total += step_ms(plan_batch(batch_lengths.tolist(), cost, in_group,
@@ -105,10 +107,11 @@ def main() -> None:
                     local.append(local_total / fcp_total)
                     before.append(before_total / fcp_total)
                     static.append(sum(tuned.step_ms) / fcp_total)
+                    ceiling.append(sum(tuned.step_ms) / bound_total)
                 cell = lambda r: f"{np.mean(r):.3f} [{min(r):.3f}-{max(r):.3f}]"  # noqa: E731
                 print(f"| {'frozen' if frozen else 'trainable'} | {workload} | {ranks} | "
                       f"{np.mean(fcp_totals) / args.batches:,.0f} | {spread}/{total_rounds} | {cell(local)} | "
-                      f"{cell(before)} | {cell(static)} ({'/'.join(sorted(layouts))}) |", flush=True)
+                      f"{cell(before)} | {cell(static)} ({'/'.join(sorted(layouts))}) | {cell(ceiling)} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ from mindspeed_mm.core.fcp.solver import InvalidPlanError, Plan, SolverConfig, p
 from mindspeed_mm.core.fcp.solver.baselines import BaselineInfeasibleError, static_layout_plan
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, RoundPlan
 from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
-from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, step_ms
-from mindspeed_mm.core.fcp.solver.vision_phases import priced_in_phases, vision_exchange_ms, vision_phase_ms
+from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, round_floor, step_ms
+from mindspeed_mm.core.fcp.solver.vision_phases import (
+    priced_in_phases, vision_exchange_ms, vision_phase_ms, vision_rank_ms,
+)
 from scenario_costs import a3_scenario
 
 RING = "ring"
@@ -120,3 +122,15 @@ def test_lockstep_plans_with_media_are_priced_in_phases_and_beat_every_static_la
                 assert all(r.vision_ms is not None and not r.vision_over_round for r in static.rounds)
                 assert mine <= step_ms(static, cost, LOCKSTEP) * (1 + 1e-12), (seed, algo, degree)
     assert spread_rounds > 0 if over_round else spread_rounds == 0
+
+
+def test_the_search_of_rounds_spreading_their_media_counts_each_round_s_encoder_call_floor(cost):
+    # The call on one merge block is the encoder's fixed cost; under FSDP it lengthens the pass before the
+    # round's parameter traffic is weighed against it.
+    floor = round_floor(cost, LOCKSTEP)
+    call = vision_rank_ms(cost, 1)
+    searched = dataclasses.replace(floor, per_round_ms=call)
+    assert call > 0 and vision_rank_ms(cost, 0) == 0.0
+    for pass_ms in (0.0, 10.0, 1e5):
+        assert searched.round_ms(pass_ms) == pytest.approx(cost.step.lockstep_round_ms(pass_ms + call))
+    assert searched.traffic_ms == pytest.approx(cost.step.lockstep_round_ms(call))

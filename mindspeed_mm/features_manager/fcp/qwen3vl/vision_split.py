@@ -161,9 +161,9 @@ def encode_media_in_group(encode: Any, stand_in: Any, pixels: torch.Tensor | Non
                     "frame-group ranges)", len(items), sum(item.patches for item in items), len(pieces), degree)
     owners = assign_media([piece.patches for piece in pieces], degree)
     mine = [i for i, owner in enumerate(owners) if owner == rank]
-    return _encode_and_exchange(encode, stand_in, [pixels[pieces[i].pixel_rows[0]: pieces[i].pixel_rows[1]] for i in mine],
-                                [pieces[i].grid for i in mine], pieces, owners, merge_area, width, needed_rows, rank,
-                                group)
+    pixel_rows = [pixels[pieces[i].pixel_rows[0]: pieces[i].pixel_rows[1]] for i in mine]
+    return _encode_and_exchange(encode, stand_in, pixel_rows, [pieces[i].grid for i in mine], pieces, owners,
+                                merge_area, width, needed_rows, rank, group)
 
 
 @dataclass(frozen=True)
@@ -176,13 +176,51 @@ class RoundGroup:
     grids: tuple[tuple[int, int, int], ...]
     """(t, h, w) of each of its media, in the model's order (images first, then videos)."""
 
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.degree)
+
+    @property
+    def patches(self) -> int:
+        return sum(t * h * w for t, h, w in self.grids)
+
+
+@dataclass(frozen=True)
+class RoundMedia:
+    """The media of every group of a round, cut for all the round's ranks, and who encodes each piece."""
+
+    groups: tuple[RoundGroup, ...]
+    """In rank order."""
+    pieces: tuple[MediaItem, ...]
+    """Pixel rows index the groups' pixels concatenated in group order, as the pieces' feature rows do."""
+    group_of: tuple[int, ...]
+    """The group each piece belongs to."""
+    owners: tuple[int, ...]
+    """The rank encoding each piece."""
+
+    def offset(self, group: int, merge_area: int = 1) -> int:
+        """Where `group`'s pixel rows (feature rows with `merge_area`) start in the round's."""
+        return sum(g.patches for g in self.groups[:group]) // merge_area
+
+    def home(self, piece: int) -> range:
+        return self.groups[self.group_of[piece]].ranks
+
+    def pixel_source(self, piece: int) -> int:
+        """The member of its group that sends a piece encoded elsewhere its pixels (piece index mod degree)."""
+        home = self.home(piece)
+        return home[piece % len(home)]
+
+    @property
+    def moved(self) -> list[int]:
+        """The pieces encoded outside their group."""
+        return [i for i, owner in enumerate(self.owners) if owner not in self.home(i)]
+
 
 def _runs(rows: torch.Tensor) -> list[tuple[int, int]]:
     """`rows` (1-D int) as (start, length) runs of consecutive values, in order: a zigzag shard's visual rows are
     a few such runs."""
-    values = rows.tolist()
     runs: list[list[int]] = []
-    for value in values:
+    for value in rows.tolist():
         if runs and value == runs[-1][0] + runs[-1][1]:
             runs[-1][1] += 1
         else:
@@ -213,6 +251,53 @@ def assign_over_round(pieces: Sequence[MediaItem], home: Sequence[range], ranks:
     return owners
 
 
+def round_media(groups: Sequence[RoundGroup], ranks: int) -> RoundMedia:
+    """The round's media cut for its `ranks` ranks (`media_pieces`) and assigned (`assign_over_round`)."""
+    items: list[MediaItem] = []
+    group_of_item: list[int] = []
+    start = 0
+    for index, group in enumerate(groups):
+        grids = torch.tensor(group.grids, dtype=torch.int64).reshape(-1, 3)
+        for item in media_items(None, grids):
+            items.append(MediaItem(item.grid, (start + item.pixel_rows[0], start + item.pixel_rows[1])))
+            group_of_item.append(index)
+        start += group.patches
+    pieces = media_pieces(items, ranks)
+    starts = [item.pixel_rows[0] for item in items]
+    group_of = tuple(group_of_item[bisect.bisect_right(starts, piece.pixel_rows[0]) - 1] for piece in pieces)
+    owners = assign_over_round(pieces, [groups[g].ranks for g in group_of], ranks)
+    return RoundMedia(tuple(groups), tuple(pieces), group_of, tuple(owners))
+
+
+def _pixels_from_other_groups(media: RoundMedia, pixels: torch.Tensor | None, my_group: int, round_rank: int,
+                              pixel_width: int, dtype: torch.dtype, round_group: dist.ProcessGroup
+                              ) -> dict[int, torch.Tensor]:
+    """`{piece: [patches, pixel_width]}`: the pixels of the pieces this rank encodes for other groups. An
+    all-to-all of all the round's ranks: each piece encoded elsewhere is sent by its `pixel_source`."""
+    moved = media.moved
+    sends = [[i for i in moved if media.owners[i] == dest and media.pixel_source(i) == round_rank]
+             for dest in range(dist.get_world_size(round_group))]
+    receives = [i for i in moved if media.owners[i] == round_rank]
+    offset = media.offset(my_group)
+    device = pixels.device if pixels is not None else _device_of(round_group)
+    send = torch.cat([pixels[media.pieces[i].pixel_rows[0] - offset: media.pieces[i].pixel_rows[1] - offset]
+                      for dest in sends for i in dest] or [torch.zeros(0, pixel_width, dtype=dtype, device=device)])
+    send_counts = [sum(media.pieces[i].patches for i in dest) for dest in sends]
+    recv_counts = [0] * len(sends)
+    for index in receives:
+        recv_counts[media.pixel_source(index)] += media.pieces[index].patches
+    with torch.no_grad():
+        received, _ = all_to_all_rows(send.to(dtype), send_counts, recv_counts, round_group)
+    # [sum(recv_counts), pixel_width], grouped by source rank, each source's pieces in piece order.
+    cursor = [sum(recv_counts[:r]) for r in range(len(sends))]
+    out = {}
+    for index in receives:
+        source = media.pixel_source(index)
+        out[index] = received[cursor[source]: cursor[source] + media.pieces[index].patches]
+        cursor[source] += media.pieces[index].patches
+    return out
+
+
 def encode_media_over_round(encode: Any, stand_in: Any, pixels: torch.Tensor | None, items: Sequence[MediaItem],
                             merge_area: int, width: int, needed_rows: Sequence[torch.Tensor], rank_in_group: int,
                             group_first_rank: int, round_rank: int, round_group: dist.ProcessGroup,
@@ -222,92 +307,39 @@ def encode_media_over_round(encode: Any, stand_in: Any, pixels: torch.Tensor | N
 
     Every rank passes its own group's `items`, `pixels` (`[patches, pixel_width]`) and `needed_rows` (one entry
     per member, indices into the group's feature rows). One gather over `round_group` tells every rank every
-    group's media and every rank's needed rows (as runs); the round's media are cut for all its ranks
-    (`media_pieces`) and assigned (`assign_over_round`); a piece encoded outside its group gets its pixels from
-    one member of its group (an all-to-all of pixel rows), and one all-to-all sends every rank the rows its shard
-    needs (`_encode_and_exchange`). `round_rank`: this rank in `round_group`."""
+    group's media and every rank's needed rows (as runs); the round's media are cut for all its ranks and
+    assigned (`round_media`); a piece encoded outside its group gets its pixels from one member of its group, and
+    one all-to-all sends every rank the rows its shard needs (`_encode_and_exchange`). `round_rank`: this rank in
+    `round_group`."""
     ranks = dist.get_world_size(round_group)
-    mine = (group_first_rank, len(needed_rows), tuple(tuple(int(v) for v in item.grid) for item in items),
-            _runs(needed_rows[rank_in_group]),
-            None if pixels is None else str(pixels.dtype).removeprefix("torch."))
+    mine = (RoundGroup(group_first_rank, len(needed_rows), tuple(tuple(int(v) for v in item.grid) for item in items)),
+            _runs(needed_rows[rank_in_group]), None if pixels is None else str(pixels.dtype).removeprefix("torch."))
     gathered: list[Any] = [None] * ranks
     dist.all_gather_object(gathered, mine, group=round_group)
-    groups = sorted({(first, degree, grids) for first, degree, grids, _, _ in gathered})
-    dtypes = {dtype for *_, dtype in gathered if dtype is not None}
+    dtypes = {dtype for _, _, dtype in gathered if dtype is not None}
     if len(dtypes) > 1:
         raise ValueError(f"the round's pixel values come in several dtypes ({sorted(dtypes)})")
-    # Every group's media, in group order: (group index, the medium with its pixel rows in its group's pixels).
-    all_items: list[MediaItem] = []
-    group_of: list[int] = []
-    row_offsets, pixel_offsets, rows, patches = [], [], 0, 0
-    for index, (first, degree, grids) in enumerate(groups):
-        row_offsets.append(rows)
-        pixel_offsets.append(patches)
-        for item in media_items(None, torch.tensor(grids, dtype=torch.int64).reshape(-1, 3)):
-            all_items.append(MediaItem(item.grid, (patches + item.pixel_rows[0], patches + item.pixel_rows[1])))
-            group_of.append(index)
-        group_patches = sum(int(torch.tensor(g).prod()) for g in grids)
-        rows += group_patches // merge_area
-        patches += group_patches
-    needed = [_rows_of(runs, row_offsets[next(i for i, g in enumerate(groups) if g[0] == first)])
-              for first, _, _, runs, _ in gathered]
-    pieces = media_pieces(all_items, ranks)
-    piece_group = [group_of[_item_of(all_items, piece)] for piece in pieces]
-    home = [range(groups[g][0], groups[g][0] + groups[g][1]) for g in piece_group]
-    owners = assign_over_round(pieces, home, ranks)
+    groups = sorted({group for group, _, _ in gathered}, key=lambda g: g.first_rank)
+    index_of = {group.first_rank: index for index, group in enumerate(groups)}
+    media = round_media(groups, ranks)
+    # Every rank's needed rows, as indices into the round's feature rows.
+    needed = [_rows_of(runs, media.offset(index_of[group.first_rank], merge_area)) for group, runs, _ in gathered]
     if log and round_rank == 0:
-        moved = sum(piece.patches for piece, owner, own in zip(pieces, owners, home) if owner not in own)
         logger.info("FCP vision: the round's %d media of %d patches encoded over its %d ranks as %d pieces, %d patches "
-                    "outside their group", len(all_items), patches, ranks, len(pieces), moved)
-    my_group = next(i for i, g in enumerate(groups) if g[0] == group_first_rank)
-    # Pixels of the pieces encoded outside their group: from the member (piece index mod degree) of the group.
-    sends: list[list[int]] = [[] for _ in range(ranks)]
-    for index, (piece, owner, own) in enumerate(zip(pieces, owners, home)):
-        if owner not in own and piece_group[index] == my_group and own[index % len(own)] == round_rank:
-            sends[owner].append(index)
-    receives = [index for index, (owner, own) in enumerate(zip(owners, home))
-                if owner == round_rank and owner not in own]
-    dtype = getattr(torch, dtypes.pop()) if dtypes else torch.float32
-    local_pixels: dict[int, torch.Tensor] = {}
-    # A collective of all the round's ranks, whenever any piece leaves its group (the same answer on every rank).
-    if any(owner not in own for owner, own in zip(owners, home)):
-        def rows_of_piece(index: int) -> torch.Tensor:
-            start, stop = pieces[index].pixel_rows
-            offset = pixel_offsets[my_group]
-            return pixels[start - offset: stop - offset]
-
-        device = pixels.device if pixels is not None else _device_of(round_group)
-        send = torch.cat([rows_of_piece(i) for dest in sends for i in dest] or
-                         [torch.zeros(0, pixel_width, dtype=dtype, device=device)])
-        send_counts = [sum(pieces[i].patches for i in dest) for dest in sends]
-        recv_counts = [0] * ranks
-        for index in receives:
-            own = home[index]
-            recv_counts[own[index % len(own)]] += pieces[index].patches
-        with torch.no_grad():
-            received, _ = all_to_all_rows(send.to(dtype), send_counts, recv_counts, round_group)
-        # Received grouped by source rank, each in piece order.
-        start_of, cursor = {}, [sum(recv_counts[:r]) for r in range(ranks)]
-        for index in receives:
-            source = home[index][index % len(home[index])]
-            start_of[index] = cursor[source]
-            cursor[source] += pieces[index].patches
-        local_pixels = {i: received[start_of[i]: start_of[i] + pieces[i].patches] for i in receives}
-    encoded = [i for i, owner in enumerate(owners) if owner == round_rank]
-    pixel_rows = []
-    for index in encoded:
-        if index in local_pixels:
-            pixel_rows.append(local_pixels[index])
-        else:
-            start, stop = pieces[index].pixel_rows
-            pixel_rows.append(pixels[start - pixel_offsets[my_group]: stop - pixel_offsets[my_group]])
-    return _encode_and_exchange(encode, stand_in, pixel_rows, [pieces[i].grid for i in encoded], pieces, owners,
-                                merge_area, width, needed, round_rank, round_group)
-
-
-def _item_of(items: Sequence[MediaItem], piece: MediaItem) -> int:
-    """The medium a piece was cut from (pieces lie inside one medium's pixel rows; media are in row order)."""
-    return bisect.bisect_right([item.pixel_rows[0] for item in items], piece.pixel_rows[0]) - 1
+                    "outside their group", sum(len(g.grids) for g in groups), sum(g.patches for g in groups), ranks,
+                    len(media.pieces), sum(media.pieces[i].patches for i in media.moved))
+    my_group = index_of[group_first_rank]
+    received: dict[int, torch.Tensor] = {}
+    if media.moved:  # the same answer on every rank: all take part in the pixel exchange
+        dtype = getattr(torch, next(iter(dtypes))) if dtypes else torch.float32
+        received = _pixels_from_other_groups(media, pixels, my_group, round_rank, pixel_width, dtype, round_group)
+    encoded = [i for i, owner in enumerate(media.owners) if owner == round_rank]
+    offset = media.offset(my_group)
+    pixel_rows = [received[i] if i in received else
+                  pixels[media.pieces[i].pixel_rows[0] - offset: media.pieces[i].pixel_rows[1] - offset]
+                  for i in encoded]
+    return _encode_and_exchange(encode, stand_in, pixel_rows, [media.pieces[i].grid for i in encoded],
+                                media.pieces, media.owners, merge_area, width, needed, round_rank, round_group)
 
 
 def _device_of(group: dist.ProcessGroup) -> torch.device:
