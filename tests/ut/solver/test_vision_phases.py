@@ -15,7 +15,7 @@ from mindspeed_mm.core.fcp.solver.plan import GroupPlan, RoundPlan
 from mindspeed_mm.core.fcp.solver.static_layout import static_degrees
 from mindspeed_mm.core.fcp.solver.step_time import LOCKSTEP, round_floor, step_ms
 from mindspeed_mm.core.fcp.solver.vision_phases import (
-    priced_in_phases, vision_exchange_ms, vision_phase_ms, vision_rank_ms,
+    RECORD_BYTES, priced_in_phases, vision_exchange_ms, vision_phase_ms, vision_rank_ms,
 )
 from scenario_costs import a3_scenario
 
@@ -62,8 +62,9 @@ def test_spread_over_the_round_the_phase_is_the_round_share_plus_the_exchange(co
     share = _encoder_ms(cost, [2000], [15000], 1)  # 60,000 patches over 4 ranks
     # Group A's ranks each hold 30,000 patches, 15,000 more than the share: that moves.
     exchange = vision_exchange_ms(cost, 15000)
+    records = 2 * cost.table.time.all_to_all_inter_ms(RECORD_BYTES)  # who holds which media, who needs which rows
     assert round_plan.vision_over_round
-    assert round_plan.vision_ms == pytest.approx(share + exchange, rel=1e-9)
+    assert round_plan.vision_ms == pytest.approx(share + records + exchange, rel=1e-9)
     assert 0 < exchange < 0.1 * share
     assert round_plan.vision_ms < vision_phase_ms(round_plan, patches, cost, over_round=False)
     validate_plan(plan, lengths, cost, patches, priced=True)

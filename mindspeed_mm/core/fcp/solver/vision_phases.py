@@ -14,10 +14,11 @@ The vision phase of a round (`vision_phase_ms`):
 - each group encoding its own media, split evenly over its members (`fcp train`, upstream's static CP):
   the slowest member, max over groups of vision(P_g / d_g);
 - the media spread over all N ranks of the round (`SolverConfig.vision_over_round`: MindSpeed-MM's Qwen3-VL
-  path, `features_manager/fcp/qwen3vl/vision_split.py`): vision(P / N), plus the exchange of what moves between
-  groups: a rank of a group holding more than the round's share P / N sends its excess to ranks of groups
-  holding less (pixels there, feature rows back, and with a trainable encoder their gradients), priced as
-  inter-node all-to-alls of the largest per-rank excess or shortfall.
+  path, `features_manager/fcp/qwen3vl/vision_split.py`): vision(P / N), plus two small all-gathers that tell
+  every rank the round's media, plus the exchange of what moves between groups: a rank of a group holding more
+  than the round's share P / N sends its excess to ranks of groups holding less (pixels there, feature rows
+  back, and with a trainable encoder their gradients), priced as inter-node all-to-alls of the largest per-rank
+  excess or shortfall.
 Media are counted as divisible (a long video splits at frame groups, a few hundred to a few thousand patches).
 
 `priced_in_phases` re-prices a plan's rounds that way (the planner prices its candidates so: its plan made with
@@ -38,6 +39,8 @@ from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 
 PIXEL_BYTES = 4
 """Bytes of one pixel value as the data loader hands it over (float32, as Qwen3-VL's processor returns it)."""
+RECORD_BYTES = 1024
+"""Bytes each rank all-gathers to tell the round its group's media and its needed rows (a few dozen int64)."""
 
 
 def vision_rank_ms(cost: CostModel, patches_on_rank: float) -> float:
@@ -82,7 +85,13 @@ def vision_phase_ms(round_plan: RoundPlan, patches: Sequence[int] | np.ndarray |
     idle_ranks = ranks - sum(d for _, d in groups)
     if idle_ranks:
         moved = max(moved, share)
-    return vision_rank_ms(cost, share) + vision_exchange_ms(cost, moved)
+    return vision_rank_ms(cost, share) + vision_records_ms(cost) + vision_exchange_ms(cost, moved)
+
+
+def vision_records_ms(cost: CostModel) -> float:
+    """The two all-gathers that tell every rank of a spread round every group's media (priced as all-to-alls of
+    `RECORD_BYTES` across nodes: the table has no all-gather curve)."""
+    return 2.0 * float(cost.table.time.all_to_all_inter_ms(RECORD_BYTES))
 
 
 def priced_in_phases(plan: Plan, lengths: Sequence[int] | np.ndarray, patches: Sequence[int] | np.ndarray,

@@ -306,19 +306,19 @@ def encode_media_over_round(encode: Any, stand_in: Any, pixels: torch.Tensor | N
     (`vision_phases`: a round whose plan says `vision_over_round`).
 
     Every rank passes its own group's `items`, `pixels` (`[patches, pixel_width]`) and `needed_rows` (one entry
-    per member, indices into the group's feature rows). One gather over `round_group` tells every rank every
-    group's media and every rank's needed rows (as runs); the round's media are cut for all its ranks and
+    per member, indices into the group's feature rows). Two all-gathers over `round_group` tell every rank every
+    group's media and every rank's needed rows (as runs, `_gather_round`); the round's media are cut for all its ranks and
     assigned (`round_media`); a piece encoded outside its group gets its pixels from one member of its group, and
     one all-to-all sends every rank the rows its shard needs (`_encode_and_exchange`). `round_rank`: this rank in
     `round_group`."""
     ranks = dist.get_world_size(round_group)
-    mine = (RoundGroup(group_first_rank, len(needed_rows), tuple(tuple(int(v) for v in item.grid) for item in items)),
-            _runs(needed_rows[rank_in_group]), None if pixels is None else str(pixels.dtype).removeprefix("torch."))
-    gathered: list[Any] = [None] * ranks
-    dist.all_gather_object(gathered, mine, group=round_group)
+    pixel_dtype = None if pixels is None else pixels.dtype
+    gathered = _gather_round(RoundGroup(group_first_rank, len(needed_rows),
+                                        tuple(tuple(int(v) for v in item.grid) for item in items)),
+                             _runs(needed_rows[rank_in_group]), pixel_dtype, round_group)
     dtypes = {dtype for _, _, dtype in gathered if dtype is not None}
     if len(dtypes) > 1:
-        raise ValueError(f"the round's pixel values come in several dtypes ({sorted(dtypes)})")
+        raise ValueError(f"the round's pixel values come in several dtypes ({sorted(map(str, dtypes))})")
     groups = sorted({group for group, _, _ in gathered}, key=lambda g: g.first_rank)
     index_of = {group.first_rank: index for index, group in enumerate(groups)}
     media = round_media(groups, ranks)
@@ -331,7 +331,7 @@ def encode_media_over_round(encode: Any, stand_in: Any, pixels: torch.Tensor | N
     my_group = index_of[group_first_rank]
     received: dict[int, torch.Tensor] = {}
     if media.moved:  # the same answer on every rank: all take part in the pixel exchange
-        dtype = getattr(torch, next(iter(dtypes))) if dtypes else torch.float32
+        dtype = next(iter(dtypes)) if dtypes else torch.float32
         received = _pixels_from_other_groups(media, pixels, my_group, round_rank, pixel_width, dtype, round_group)
     encoded = [i for i, owner in enumerate(media.owners) if owner == round_rank]
     offset = media.offset(my_group)
@@ -340,6 +340,40 @@ def encode_media_over_round(encode: Any, stand_in: Any, pixels: torch.Tensor | N
                   for i in encoded]
     return _encode_and_exchange(encode, stand_in, pixel_rows, [media.pieces[i].grid for i in encoded],
                                 media.pieces, media.owners, merge_area, width, needed, round_rank, round_group)
+
+
+_PIXEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _gather_round(group: RoundGroup, runs: Sequence[tuple[int, int]], pixel_dtype: torch.dtype | None,
+                  round_group: dist.ProcessGroup) -> list[tuple[RoundGroup, list[tuple[int, int]], torch.dtype | None]]:
+    """Every rank's (group, needed-row runs, pixel dtype), in rank order: two all-gathers of int64 tensors (their
+    lengths, then the padded records) instead of pickled objects."""
+    if pixel_dtype is not None and pixel_dtype not in _PIXEL_DTYPES:
+        raise ValueError(f"pixel values of dtype {pixel_dtype} cannot be exchanged; expected one of {_PIXEL_DTYPES}")
+    record = [group.first_rank, group.degree, len(group.grids), *(v for grid in group.grids for v in grid),
+              len(runs), *(v for run in runs for v in run),
+              -1 if pixel_dtype is None else _PIXEL_DTYPES.index(pixel_dtype)]
+    device = _device_of(round_group)
+    ranks = dist.get_world_size(round_group)
+    length = torch.tensor([len(record)], dtype=torch.int64, device=device)
+    lengths = [torch.zeros_like(length) for _ in range(ranks)]
+    dist.all_gather(lengths, length, group=round_group)
+    longest = max(int(n) for n in lengths)
+    padded = torch.zeros(longest, dtype=torch.int64, device=device)
+    padded[: len(record)] = torch.tensor(record, dtype=torch.int64)
+    records = [torch.zeros_like(padded) for _ in range(ranks)]
+    dist.all_gather(records, padded, group=round_group)  # ranks x [longest]
+    out = []
+    for values in (r.tolist() for r in records):
+        first, degree, count = values[:3]
+        grids = tuple(tuple(values[3 + 3 * k: 6 + 3 * k]) for k in range(count))
+        at = 3 + 3 * count
+        run_values = values[at + 1: at + 1 + 2 * values[at]]
+        code = values[at + 1 + 2 * values[at]]
+        out.append((RoundGroup(first, degree, grids), list(zip(run_values[::2], run_values[1::2])),
+                    None if code < 0 else _PIXEL_DTYPES[code]))
+    return out
 
 
 def _device_of(group: dist.ProcessGroup) -> torch.device:
