@@ -549,3 +549,18 @@ def test_preset_table_copy_is_independent() -> None:
     work = base.workload([1000])
     assert slower.group_time_ms(work, 2, "ring") == pytest.approx(base.group_time_ms(work, 2, "ring")
                                                                    + 100.0 - table.time.launch_ms)
+
+
+def test_placed_times_of_many_groups_at_once_equal_each_group_placed_alone() -> None:
+    cost = CostModel.from_preset("a3-qwen3vl-8b", shard_ranks=64)
+    rng = np.random.default_rng(0)
+    groups = [([int(x) for x in rng.integers(200, 30000, size=int(rng.integers(1, 6)))], degree, part, algo)
+              for degree, part, algo in [(1, 1, "ring"), (2, 2, "ulysses"), (4, 4, "ring"), (4, 2, "ring"),
+                                         (8, 8, "ulysses"), (8, 3, "ulysses"), (16, 16, "ring"), (2, 1, "ulysses")]]
+    together = cost.placed_time_table([cost.workload(lengths) for lengths, *_ in groups], [g[1] for g in groups],
+                                      [g[2] for g in groups], [g[3] for g in groups])
+    alone = [cost.group_time_ms(cost.workload(lengths), degree, algo, node_part=part)
+             for lengths, degree, part, algo in groups]
+    assert together.tolist() == pytest.approx(alone, rel=1e-12)
+    with pytest.raises(ValueError, match="unknown algo 'rings'"):
+        cost.placed_time_table([cost.workload([100])], [1], [1], ["rings"])

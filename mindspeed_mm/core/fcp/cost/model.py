@@ -263,6 +263,32 @@ class CostModel:
         best = np.argmin(times, axis=1)
         return times[np.arange(d_int.size), best], [self.algos[k] for k in best.tolist()]
 
+    def placed_time_table(self, workloads: Sequence[GroupWorkload] | WorkloadColumns, degrees: Sequence[int],
+                          node_parts: Sequence[int], algos: Sequence[str]) -> np.ndarray:
+        """`group_time_ms` of many placed groups at once: workload k on degrees[k] ranks with algos[k],
+        node_parts[k] of them on its emptiest node. Returns times [K] (inf where infeasible)."""
+        columns = workloads if isinstance(workloads, WorkloadColumns) else WorkloadColumns.stack(workloads)
+        d_int, _ = _degree_vector(np.asarray(degrees, dtype=np.int64))
+        parts = np.asarray(node_parts, dtype=np.int64)
+        algo_arr = np.asarray(algos, dtype=object)
+        if not len(columns) == d_int.size == parts.size == algo_arr.size:
+            raise ValueError(f"{len(columns)} workloads, {d_int.size} degrees, {parts.size} node parts and "
+                             f"{algo_arr.size} algos")
+        unknown = sorted(set(algo_arr.tolist()) - set(ALGOS))
+        if unknown:
+            raise ValueError(f"unknown algo {unknown[0]!r}; valid: {list(ALGOS)}")
+        times = np.empty(d_int.size)
+        for part in np.unique(parts).tolist():
+            for algo in ALGOS:
+                rows = np.flatnonzero((parts == part) & (algo_arr == algo))
+                if rows.size:
+                    placed = WorkloadColumns(columns.values[rows])
+                    d_rows = d_int[rows, None]
+                    algo_times = self._algo_times(placed, d_rows, algo, node_part=part)
+                    self._mask_memory(placed, d_rows, algo_times)
+                    times[rows] = algo_times[:, 0]
+        return times
+
     def group_time_table(self, columns: WorkloadColumns, degrees: np.ndarray, algo: str) -> np.ndarray:
         """`group_time_ms` of many workloads for one algo: row k of `degrees` (an int [K, W] matrix)
         holds the degrees of workload k; returns times [K, W] (inf where infeasible)."""

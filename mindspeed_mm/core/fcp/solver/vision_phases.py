@@ -50,7 +50,8 @@ def vision_rank_ms(cost: CostModel, patches_on_rank: float) -> float:
 
 def _group_patches(round_plan: RoundPlan, patches: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
     """(patches, degree) of every group of the round that runs samples."""
-    return [(int(sum(int(patches[s]) for s in g.samples)), g.degree) for g in round_plan.groups if g.algo != IDLE]
+    patch_arr = np.asarray(patches, dtype=np.int64)
+    return [(int(patch_arr[list(g.samples)].sum()), g.degree) for g in round_plan.groups if g.algo != IDLE]
 
 
 def vision_exchange_ms(cost: CostModel, moved_patches: float) -> float:
@@ -98,21 +99,21 @@ def priced_in_phases(plan: Plan, lengths: Sequence[int] | np.ndarray, patches: S
                      cost: CostModel, ranks_per_node: int, over_round: bool) -> Plan:
     """`plan` with each round priced as its vision phase plus each group's decoder work (module docstring);
     with `over_round`, each round whose phase is shorter with its media spread over all its ranks is so run."""
+    length_arr = np.asarray(lengths, dtype=np.int64)
+    running = [g for round_plan in plan.rounds for g in round_plan.groups if g.algo != IDLE]
+    # The decoder work of every group, placed where it is, in one evaluation of the cost model.
+    text_ms = cost.placed_time_table(
+        [cost.workload(length_arr[list(g.samples)]) for g in running], [g.degree for g in running],
+        [placed_node_part(g.ranks[0], g.degree, ranks_per_node) for g in running], [g.algo for g in running])
+    text_in_order = iter(text_ms.tolist())  # the running groups, round by round
     rounds = []
     for round_plan in plan.rounds:
         phase = vision_phase_ms(round_plan, patches, cost, False)
         spread = over_round and phase > 0 and vision_phase_ms(round_plan, patches, cost, True) < phase
         if spread:
             phase = vision_phase_ms(round_plan, patches, cost, True)
-        groups = []
-        for g in round_plan.groups:
-            if g.algo == IDLE:
-                groups.append(g)
-                continue
-            workload = cost.workload([int(lengths[s]) for s in g.samples])
-            part = placed_node_part(g.ranks[0], g.degree, ranks_per_node)
-            text_ms = float(cost.group_time_ms(workload, g.degree, g.algo, node_part=part))
-            groups.append(dataclasses.replace(g, predicted_ms=phase + text_ms))
-        rounds.append(RoundPlan(groups=tuple(groups), predicted_ms=max(g.predicted_ms for g in groups),
+        groups = tuple(g if g.algo == IDLE else dataclasses.replace(g, predicted_ms=phase + next(text_in_order))
+                       for g in round_plan.groups)
+        rounds.append(RoundPlan(groups=groups, predicted_ms=max(g.predicted_ms for g in groups),
                                 vision_ms=phase, vision_over_round=spread))
     return dataclasses.replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)))
