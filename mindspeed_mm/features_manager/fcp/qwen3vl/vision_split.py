@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.collectives import all_to_all_rows
+from mindspeed_mm.core.fcp.parallel.device import collective_device
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ def _pixels_from_other_groups(media: RoundMedia, pixels: torch.Tensor | None, my
              for dest in range(dist.get_world_size(round_group))]
     receives = [i for i in moved if media.owners[i] == round_rank]
     offset = media.offset(my_group)
-    device = pixels.device if pixels is not None else _device_of(round_group)
+    device = pixels.device if pixels is not None else collective_device(round_group)
     send = torch.cat([pixels[media.pieces[i].pixel_rows[0] - offset: media.pieces[i].pixel_rows[1] - offset]
                       for dest in sends for i in dest] or [torch.zeros(0, pixel_width, dtype=dtype, device=device)])
     send_counts = [sum(media.pieces[i].patches for i in dest) for dest in sends]
@@ -354,7 +355,7 @@ def _gather_round(group: RoundGroup, runs: Sequence[tuple[int, int]], pixel_dtyp
     record = [group.first_rank, group.degree, len(group.grids), *(v for grid in group.grids for v in grid),
               len(runs), *(v for run in runs for v in run),
               -1 if pixel_dtype is None else _PIXEL_DTYPES.index(pixel_dtype)]
-    device = _device_of(round_group)
+    device = collective_device(round_group)
     ranks = dist.get_world_size(round_group)
     length = torch.tensor([len(record)], dtype=torch.int64, device=device)
     lengths = [torch.zeros_like(length) for _ in range(ranks)]
@@ -374,14 +375,3 @@ def _gather_round(group: RoundGroup, runs: Sequence[tuple[int, int]], pixel_dtyp
         out.append((RoundGroup(first, degree, grids), list(zip(run_values[::2], run_values[1::2])),
                     None if code < 0 else _PIXEL_DTYPES[code]))
     return out
-
-
-def _device_of(group: dist.ProcessGroup) -> torch.device:
-    """Where tensors exchanged on `group` live: the accelerator for NCCL / HCCL, else the CPU."""
-    backend = dist.get_backend(group)
-    if backend == "gloo":
-        return torch.device("cpu")
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.current_accelerator() is not None:
-        return accelerator.current_accelerator()
-    return torch.device("cuda")
