@@ -88,7 +88,7 @@ _GB = 1e9
 # [estimate: the H200's measurements assumed for them; a table measured by `fcp profile` replaces them].
 _H200_MEASURED = load_h200_qwen3vl8b()[2]
 HOST_ATTENTION_CALL_MS = _H200_MEASURED.attention_call_ms
-HOST_LAYER_MS = _H200_MEASURED.layer_floor_ms + _H200_MEASURED.model_overhead_ms
+HOST_LAYER_MS = _H200_MEASURED.layer_floor_ms + _H200_MEASURED.additive_host_ms
 
 HARDWARE: dict[str, HardwarePreset] = {
     "a3": HardwarePreset(
@@ -319,7 +319,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
         time = measured_time_figures(time, measured, layers=dec.layers // pp, recompute=recompute,
                                      vision_depth=None if enc is None else enc.depth)
         measured_provenance = {"measured_compute": {"file": file_name, **measured.rows,
-                                                    "model_overhead_ms_per_layer": measured.model_overhead_ms}}
+                                                    "model_layer_floor_ms": measured.model_layer_floor_ms}}
     table = ProfileTable(
         hardware=HardwareInfo(
             name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
@@ -366,33 +366,32 @@ def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, l
     """`analytic` with its compute terms replaced by measured ones (`measured_compute`); the output layer
     and every communication term stay analytic.
 
-    The fixed cost of a layer (the kernels' floor plus the real model's host overhead) goes to
-    `launch_ms`, once per layer and round, its forward share once more under full recompute; the full
-    mask's curve doubles the causal quadratic term [inferred].
+    The kernels' fixed cost of a layer goes to `launch_ms`, once per layer and round, its forward share once
+    more under full recompute; the linear curve carries the rest of the real model's host floor
+    (`MeasuredCompute.real_layer_linear_ms`); a Ulysses rank runs the full heads' work / d (no grid of its
+    own); the full mask's curve doubles the causal quadratic term [inferred].
     """
     alpha, beta, gamma = measured.attention
-    fixed = measured.layer_floor_ms + measured.model_overhead_ms
     forward_share = measured.layer_floor_forward_ms / measured.layer_floor_ms
     passes = 2 if recompute == "full" else 1
     vision: dict[str, Any] = {}
-    if vision_depth is not None and measured.vision_ms_per_block is not None:
-        block = measured.vision_ms_per_block
-        curve = Grid(block.x, tuple(vision_depth * y for y in block.y), "linear")
-        slope = (curve.y[-1] - curve.y[-2]) / (curve.x[-1] - curve.x[-2])
-        vision = {"vision_ms": curve, "vision_ms_per_patch": slope,
-                  "vision_ms_per_call": max(0.0, curve.y[-1] - slope * curve.x[-1])}
+    if vision_depth is not None and measured.vision_line is not None:
+        intercept, slope = measured.vision_line
+        vision = {"vision_ms": measured.vision_grid(vision_depth), "vision_ms_per_patch": vision_depth * slope,
+                  "vision_ms_per_call": vision_depth * max(intercept, 0.0)}
+    linear = measured.real_layer_linear_ms()
     return dataclasses.replace(
         analytic,
         attention_causal_ms=quadratic_grid(measured.attention),
         attention_full_ms=quadratic_grid((2.0 * alpha, beta, gamma)),
         attention_off_diagonal_ms=None,
-        attention_ulysses_ms={d: quadratic_grid(fit) for d, fit in measured.ulysses.items()} or None,
+        attention_ulysses_ms=None,
         attention_backward_ratio=measured.attention_backward_ratio,
         attention_call_ms=measured.attention_call_ms,
-        linear_ms=measured.linear_ms,
-        linear_ms_per_token=float(measured.linear_ms.y[-1] / measured.linear_ms.x[-1]),
+        linear_ms=linear,
+        linear_ms_per_token=float(linear.y[-1] / linear.x[-1]),
         linear_backward_ratio=measured.linear_backward_ratio,
-        launch_ms=layers * fixed * (1.0 + (passes - 1) * forward_share),
+        launch_ms=layers * measured.layer_floor_ms * (1.0 + (passes - 1) * forward_share),
         **vision,
     )
 
