@@ -65,6 +65,14 @@ def test_profile_and_validate_a_tiny_grid(tmp_path: Path, capsys: pytest.Capture
     for case in report["cases"]:
         assert case["measured_ms"] > 0 and np.isfinite(case["predicted_ms"]) and len(case["samples_ms"]) == 2
     assert report["mape_percent"] == pytest.approx(np.mean([abs(c["error_percent"]) for c in report["cases"]]))
+    # Held out: the grids of 3 or more points scored without each point, the runs priced by the cut table.
+    held_out = report["held_out"]
+    assert {t["term"] for t in held_out["terms"]} == {"attention, causal document", "ring off-diagonal block",
+                                                      "Ulysses attention, degree 2"}
+    assert all(t["leave_one_out_mean"] >= 0 and t["largest_from_smaller"] >= 0 for t in held_out["terms"])
+    assert held_out["full_table_mape_percent"] == pytest.approx(report["mape_percent"])
+    assert held_out["small_table_mape_percent"] >= 0 and held_out["ulysses_rule_mean"] >= 0
+    assert "held out: every measured grid point" in out and "with the table cut before its largest sizes" in out
 
 
 def test_a_run_that_does_not_finish_writes_nothing(tmp_path: Path) -> None:

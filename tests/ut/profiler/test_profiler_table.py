@@ -213,6 +213,19 @@ def test_noise_that_breaks_monotonicity_is_pooled() -> None:
     assert y[0] == y[1] == pytest.approx(attention_ms("causal", 16) * 0.9 * factor)
 
 
+def test_a_rank_of_a_larger_ulysses_group_is_never_slower() -> None:
+    """Noise that makes degree 2's rank slower than the full heads at one length is capped there; elsewhere
+    the measured grid stands."""
+    ranks = [measurements(r, "added") for r in range(3)]
+    for m in ranks:
+        m.ulysses_attention[(2, 32)] = _samples(1.3 * attention_ms("causal", 32))
+    t = build_table(CONFIG, ranks, [facts()] * 3, {"rank_memory_bytes": 2**31}).time
+    factor = t.attention_causal_ms.y[0] / attention_ms("causal", 16)
+    np.testing.assert_allclose(np.array(t.attention_ulysses_ms[2].y) / factor,
+                               [0.7 * attention_ms("causal", 16), attention_ms("causal", 32),
+                                0.7 * attention_ms("causal", 64), 0.7 * attention_ms("causal", 128)], rtol=1e-9)
+
+
 def test_round_trip_and_the_planner_accepts_a_measured_table(tmp_path: Path) -> None:
     table = table_of()
     path = tmp_path / "table.json"

@@ -26,7 +26,7 @@ from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.profiler.profiling import ProfileResult
-    from mindspeed_mm.core.fcp.profiler.group_validation import ValidationReport
+    from mindspeed_mm.core.fcp.profiler.group_validation import HeldOutValidation, ValidationReport
 
 
 _PROFILE_ONLY = (3, 3)
@@ -138,9 +138,10 @@ def _config(args: argparse.Namespace) -> ProfileConfig:
     )
 
 
-def _write_report(report: ValidationReport, path: Path) -> None:
-    """Write the report JSON atomically (temporary file in the same folder, fsync, rename)."""
-    atomic_write_text(path, json.dumps(report.to_json(), indent=1) + "\n")
+def _write_report(report: ValidationReport, held_out: HeldOutValidation, path: Path) -> None:
+    """Write the report JSON (with the held-out scores) atomically (temporary file in the same folder, fsync,
+    rename)."""
+    atomic_write_text(path, json.dumps({**report.to_json(), "held_out": held_out.to_json()}, indent=1) + "\n")
 
 
 def _load(load: object) -> str:
@@ -182,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         TARGET_MAPE_PERCENT,
         ValidationSettings,
         default_rounds,
+        held_out_validation,
         validate,
     )
 
@@ -215,14 +217,17 @@ def run(args: argparse.Namespace) -> int:
         result = write_profile(config, args.output, validation=plan, progress=progress)
         for line in _summary(result, args.output):
             print(line)
-        report = result.report
+        report, table = result.report, result.table
     if report is not None:
         for line in report.lines():
+            print(line)
+        held_out = held_out_validation(table, report)
+        for line in held_out.lines():
             print(line)
         if report.mape > TARGET_MAPE_PERCENT:
             print(f"warning: the error is above the {TARGET_MAPE_PERCENT:.0f}% target; see the load average "
                   f"above and the spread column", file=sys.stderr)
         if args.report is not None:
-            _write_report(report, args.report)
+            _write_report(report, held_out, args.report)
             print(f"report         {args.report}")
     return 0

@@ -146,41 +146,57 @@ class GridPoint:
     """The grid's time there (ms)."""
 
 
-def table_grids(table: ProfileTable) -> dict[str, tuple[Grid, str]]:
-    """The measured grids of a profile table and how the cost model reads each (`quadratic`: the fit of a
-    document's time, `curve`: interpolated), under the names `table_held_out` reports."""
+def table_grids(table: ProfileTable) -> dict[str, tuple[Grid, str, float]]:
+    """The measured grids of a profile table, how the cost model reads each (`quadratic`: the fit of a
+    document's time; `curve`: interpolated) and the fixed time it adds to each point (a layer's share of
+    `launch_ms` for the linear curve, which holds the work above it), under the names `table_held_out` reports."""
     tm = table.time
-    grids = {"attention, causal document": (tm.attention_causal_ms, "quadratic")}
+    grids = {"attention, causal document": (tm.attention_causal_ms, "quadratic", 0.0)}
     if tm.attention_off_diagonal_ms is not None:
-        grids["ring off-diagonal block"] = (tm.attention_off_diagonal_ms, "quadratic")
+        grids["ring off-diagonal block"] = (tm.attention_off_diagonal_ms, "quadratic", 0.0)
+    for degree, grid in sorted((tm.attention_ulysses_ms or {}).items()):
+        grids[f"Ulysses attention, degree {degree}"] = (grid, "quadratic", 0.0)
     if tm.linear_ms is not None:
-        grids["linear work"] = (tm.linear_ms, "curve")
+        grids["linear work (layer)"] = (tm.linear_ms, "curve", tm.launch_ms / table.layers_per_stage)
     if tm.vision_ms is not None:
-        grids["vision encoder call"] = (tm.vision_ms, "curve")
+        grids["vision encoder call"] = (tm.vision_ms, "curve", 0.0)
     return grids
 
 
 def table_held_out(table: ProfileTable) -> list[HeldOutTerm]:
     """The scores of a profile table's measured grids, each point predicted by the grid without it (and the
     largest by the grid without it): what the cost model reads there (the quadratic fit of an attention grid,
-    the interpolated curve of the others)."""
-    grids = table_grids(table)
-    points = [GridPoint(name, k, float(x), float(y)) for name, (grid, _) in grids.items()
+    the interpolated curve of the others). Grids of fewer than 3 points are left out: one point left predicts
+    nothing."""
+    grids = {name: entry for name, entry in table_grids(table).items() if len(entry[0].x) >= 3}
+    points = [GridPoint(name, k, float(x), float(y)) for name, (grid, _, _) in grids.items()
               for k, (x, y) in enumerate(zip(grid.x, grid.y))]
 
     def errors(fit_points: list[GridPoint], scored: list[GridPoint]) -> list[TermError]:
         out = []
-        for name, (grid, reading) in grids.items():
+        for name, (grid, reading, fixed) in grids.items():
             mine = [p for p in scored if p.part == name]
             if not mine:
                 continue
             kept = [p for p in fit_points if p.part == name]
-            predict = _reader(Grid(tuple(p.x for p in kept), tuple(p.y for p in kept), grid.scale), reading) \
-                if len(kept) >= 2 else (lambda x: float("nan"))
-            out.append(TermError(name, [(p.line, f"{p.x:g}", p.y, predict(p.x)) for p in mine]))
+            predict = _reader(Grid(tuple(p.x for p in kept), tuple(p.y for p in kept), grid.scale), reading)
+            out.append(TermError(name, [(p.line, f"{p.x:g}", fixed + p.y, fixed + predict(p.x)) for p in mine]))
         return out
 
     return held_out(points, errors, {name: frozenset({name}) for name in grids}, lambda p: p.x)  # type: ignore[arg-type]
+
+
+def ulysses_rule_errors(table: ProfileTable) -> TermError | None:
+    """The rule a fit of device rows uses for a Ulysses rank (the full heads' work / d: (alpha s^2 + beta s) / d
+    + gamma of the causal grid's fit) against a table's measured Ulysses grids, every degree and length; None
+    when the table measured none."""
+    grids = table.time.attention_ulysses_ms
+    if not grids:
+        return None
+    alpha, beta, gamma = fit_quadratic(table.time.attention_causal_ms)
+    return TermError("Ulysses rank = full heads / d", [
+        (k, f"{x:g} tokens, degree {d}", y, (alpha * x * x + beta * x) / d + gamma)
+        for d, grid in sorted(grids.items()) for k, (x, y) in enumerate(zip(grid.x, grid.y))])
 
 
 def _reader(grid: Grid, reading: str) -> Callable[[float], float]:
@@ -228,5 +244,5 @@ def lines(terms: Sequence[HeldOutTerm], what: str = "rows") -> list[str]:
 
 
 __all__ = ["GOAL_MEAN", "GOAL_WORST", "SHARES_FIT", "TERM_NAMES", "HeldOutTerm", "device_held_out", "held_out",
-           "lines", "matmul_rate_tflops", "table_held_out", "vision_block_flops_per_patch", "vision_flop_rate_tflops",
+           "lines", "matmul_rate_tflops", "table_held_out", "ulysses_rule_errors", "vision_block_flops_per_patch", "vision_flop_rate_tflops",
            "without_largest_sizes"]

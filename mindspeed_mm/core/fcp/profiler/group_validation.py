@@ -1,5 +1,9 @@
 """Cost-model validation: real group executions on this host against the cost model's predictions.
 
+Beside the group runs, `held_out_validation` scores the table's own terms on points their fits did not see
+(`cost.term_validation`) and prices the same group runs with the table cut before its largest measured sizes:
+how far the table's fits carry beyond what was measured.
+
 Each validation round splits the world into groups (degree, algo) that run at the same time, as
 in a training round; each group trains a packed batch of mixed lengths forward and backward
 through the profiler's decoder (the same code the profile timed: torch projections, MLP, norms
@@ -24,7 +28,10 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from mindspeed_mm.core.fcp.cost.model import ALGOS, CostModel
-from mindspeed_mm.core.fcp.cost.table import ModelShape
+from mindspeed_mm.core.fcp.cost.table import ModelShape, ProfileTable
+from mindspeed_mm.core.fcp.cost.term_validation import (
+    HeldOutTerm, lines as held_out_lines, table_held_out, ulysses_rule_errors, without_largest_sizes,
+)
 from mindspeed_mm.core.fcp.cost.ulysses_costs import ulysses_degrees
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.profiler.probe_batch import cu_seqlens_of, shard_inputs
@@ -148,6 +155,50 @@ class ValidationReport:
                    f"{self.statistic} of {self.passes} passes on the {self.clock} clock, {self.seconds:.0f} s, "
                    f"load average {_load(self.load_before)} -> {_load(self.load_after)}")
         return out
+
+
+@dataclass(frozen=True)
+class HeldOutValidation:
+    """A table's fits scored on what they did not see: its terms point by point, and the group runs priced by
+    the table cut before its largest sizes."""
+
+    terms: tuple[HeldOutTerm, ...]
+    """Every measured grid of the table: in sample, leave one out, largest size from the smaller."""
+    ulysses_rule_mean: float | None
+    """Mean |error| of the full heads / d rule against the table's measured Ulysses grids (None: none measured)."""
+    full_table_mape: float
+    """The group runs' MAPE (%) against the whole table."""
+    small_table_mape: float
+    """The same runs' MAPE (%) against the table without its largest sizes."""
+
+    def lines(self) -> list[str]:
+        """The term scores (Markdown) and the two MAPEs, as text lines."""
+        out = ["held out: every measured grid point predicted by the grid without it (and the largest size by the "
+               "smaller ones)", *held_out_lines(self.terms, "points")]
+        if self.ulysses_rule_mean is not None:
+            out.append(f"Ulysses grids against the full heads' attention / d: {100 * self.ulysses_rule_mean:.1f}% mean")
+        out.append(f"group runs: MAPE {self.full_table_mape:.1f}% with the whole table, {self.small_table_mape:.1f}% "
+                   "with the table cut before its largest sizes")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The scores as a JSON document."""
+        def term(t: HeldOutTerm) -> dict[str, Any]:
+            return {"term": t.term, "in_sample_mean": t.in_sample.mean_abs_error,
+                    "leave_one_out_mean": t.held_out_mean, "held_out_worst": t.held_out_worst,
+                    "largest_from_smaller": None if t.small_to_large is None else t.small_to_large.mean_abs_error,
+                    "meets_goal": t.meets_goal}
+
+        return {"terms": [term(t) for t in self.terms], "ulysses_rule_mean": self.ulysses_rule_mean,
+                "full_table_mape_percent": self.full_table_mape, "small_table_mape_percent": self.small_table_mape}
+
+
+def held_out_validation(table: ProfileTable, report: ValidationReport) -> HeldOutValidation:
+    """The held-out scores of `table` and its validation `report` (see `HeldOutValidation`)."""
+    rule = ulysses_rule_errors(table)
+    small = report.repriced(CostModel(without_largest_sizes(table)))
+    return HeldOutValidation(tuple(table_held_out(table)), None if rule is None else rule.mean_abs_error,
+                             report.mape, small.mape)
 
 
 def _load(load: tuple[float, float, float] | None) -> str:

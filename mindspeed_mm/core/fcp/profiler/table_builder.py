@@ -52,6 +52,18 @@ def attention_grids(config: ProfileConfig, attention: dict[tuple[str, int], floa
     return {kind: _grid(lengths, [attention[(kind, x)] for x in lengths], "loglog") for kind in ATTENTION_KINDS}
 
 
+def ulysses_grids(config: ProfileConfig, causal: Grid, ulysses: dict[tuple[int, int], float]) -> dict[int, Grid] | None:
+    """Per measured Ulysses degree, one rank's attention over the document lengths; a rank of a larger group
+    never costs more than one of a smaller (each degree's times capped by the degree below, the first by the
+    full heads' causal grid): noise must not make a larger degree look slower per rank."""
+    lengths = config.attention_lengths
+    grids, below = {}, causal
+    for degree in sorted({d for d, _ in ulysses}):
+        grid = _grid(lengths, [min(ulysses[(degree, x)], float(below(x))) for x in lengths], "loglog")
+        grids[degree] = below = grid
+    return grids or None
+
+
 def linear_figures(config: ProfileConfig, decoder: dict[tuple[int, int], float]) -> tuple[float, float, float]:
     """(linear ms per token and layer, output ms per token, launch ms of the whole stage).
 
@@ -368,9 +380,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
         all_to_all_intra_ms=links.a2a_intra,
         all_to_all_inter_ms=links.a2a_inter,
         attention_off_diagonal_ms=grids["block"],
-        attention_ulysses_ms={degree: _grid(config.attention_lengths,
-                                            [ulysses[(degree, x)] for x in config.attention_lengths], "loglog")
-                              for degree in sorted({d for d, _ in ulysses})} or None,
+        attention_ulysses_ms=ulysses_grids(config, grids["causal"], ulysses),
         comm_overlap=links.overlap,
         linear_ms=linear_curve(config, decoder),
         p2p_by_group_size_ms=links.p2p_by_size,
