@@ -63,8 +63,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     target.add_argument("-o", "--output", type=Path, metavar="FILE", help="profile table to write (JSON)")
     target.add_argument("--check-table", type=Path, metavar="FILE",
                         help="validate an existing table instead of profiling (its load may differ from now)")
-    parser.add_argument("--model", default="tiny", choices=sorted(MODELS),
-                        help="decoder and vision encoder shape (default tiny)")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--model", choices=sorted(MODELS), help="decoder and vision encoder shape (default tiny)")
+    shape.add_argument("--recipe", type=Path, metavar="YAML",
+                       help="profile the Qwen3-VL a MindSpeed-MM recipe trains: its shape from the Hugging Face "
+                       "folder of model.init_from_hf_path, the vision window from the recipe's largest frame")
     parser.add_argument("--no-vision", action="store_true",
                         help="profile the decoder only (a text-only table: model.vision null, vision figures 0)")
     parser.add_argument("--vision-frame-groups", type=size_list, default=DEFAULT_VISION_FRAME_GROUPS, metavar="G,G,...",
@@ -123,10 +126,22 @@ def _csv(values: tuple[int, ...]) -> str:
     return ",".join(str(v) for v in values)
 
 
+def _shapes(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(decoder, encoder) to profile: the recipe's model, else the named preset's (tiny by default)."""
+    if args.recipe is not None:
+        from mindspeed_mm.core.fcp.profiler.recipe_model import read_recipe_model
+
+        model = read_recipe_model(args.recipe)
+        return model.decoder, model.encoder
+    name = args.model or "tiny"
+    return model_shape(name), encoder_shape(name)
+
+
 def _config(args: argparse.Namespace) -> ProfileConfig:
     sweeps, repeats = _VALIDATING if args.validate and args.check_table is None else _PROFILE_ONLY
+    decoder, encoder = _shapes(args)
     return ProfileConfig(
-        model=model_shape(args.model), encoder=None if args.no_vision else encoder_shape(args.model),
+        model=decoder, encoder=None if args.no_vision else encoder,
         vision_frame_groups=args.vision_frame_groups, dtype=args.dtype, device=args.device,
         backend=args.backend or DEFAULT_BACKEND[args.device], world_size=args.world_size,
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,

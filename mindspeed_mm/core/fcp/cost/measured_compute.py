@@ -228,9 +228,10 @@ def fit_measured_compute(name: str, rows: list[MeasuredRow]) -> MeasuredCompute:
     above = np.maximum.accumulate(np.maximum(layer - floor, 0.0))
     largest = linear[-1].fields
     linear_ratio = (largest["fb_ms_per_layer"] - largest["fwd_ms_per_layer"]) / largest["fwd_ms_per_layer"]
-    linear_curve = Grid(tuple(float(t) for t in tokens), tuple(float(y) for y in above), "linear")
     if len(tokens) > 1:
-        linear_curve = rate_tail(linear_curve)
+        linear_curve = rate_tail(Grid(tuple(float(t) for t in tokens), tuple(float(y) for y in above), "linear"))
+    else:   # one size: its floor, nothing above it to carry on
+        linear_curve = Grid((float(tokens[0]), TAIL_SPAN * float(tokens[0])), (0.0, 0.0), "linear")
 
     call, attention = _fit_attention_calls(parts)
     longest = max(parts["C"], key=lambda r: r.fields["length"]).fields

@@ -52,16 +52,14 @@ class HeldOutTerm:
 
     @property
     def held_out_mean(self) -> float:
-        """Mean |error| left out one at a time."""
-        return self.leave_one_out.mean_abs_error
+        """Mean |error| left out one at a time (nan when no row could be left out)."""
+        return self.leave_one_out.mean_abs_error if self.leave_one_out.points else float("nan")
 
     @property
     def held_out_worst(self) -> float:
-        """The largest |error| of any held-out prediction (left out or beyond the sizes fitted)."""
-        errors = [abs(self.leave_one_out.worst[2])]
-        if self.small_to_large is not None:
-            errors.append(abs(self.small_to_large.worst[2]))
-        return max(errors)
+        """The largest |error| of any held-out prediction (left out or beyond the sizes fitted; nan: none)."""
+        errors = [abs(e.worst[2]) for e in (self.leave_one_out, self.small_to_large) if e is not None and e.points]
+        return max(errors) if errors else float("nan")
 
     @property
     def meets_goal(self) -> bool:
@@ -74,15 +72,20 @@ def held_out(rows: Sequence[MeasuredRow], errors: Callable[[list[MeasuredRow], l
              shares_fit: dict[str, frozenset[str]], size: Callable[[MeasuredRow], float]) -> list[HeldOutTerm]:
     """The three scores of every term `errors(fit_rows, scored_rows)` reports (see the module docstring).
 
-    `shares_fit[part]`: the parts whose rows the fit of `part` reads; `size`: a row's size along its part.
+    `shares_fit[part]`: the parts whose rows the fit of `part` reads; `size`: a row's size along its part. A row
+    without which nothing can be fitted (`errors` raises ValueError: its part's last row, say) is not scored left
+    out, nor is a largest size the smaller ones cannot fit.
     """
     rows = list(rows)
     scored = [r for r in rows if r.part in shares_fit]
     in_sample = {e.term: e for e in errors(rows, scored)}
-    left_out: dict[str, TermError] = {}
+    left_out = {term: TermError(term, []) for term in in_sample}
     for row in scored:
-        for error in errors([r for r in rows if r is not row], [row]):
-            left_out.setdefault(error.term, TermError(error.term, [])).points.extend(error.points)
+        try:
+            for error in errors([r for r in rows if r is not row], [row]):
+                left_out[error.term].points.extend(error.points)
+        except ValueError:
+            continue
     beyond: dict[str, TermError] = {}
     for part in sorted({r.part for r in scored}):
         largest = max(size(r) for r in scored if r.part == part)
@@ -90,8 +93,11 @@ def held_out(rows: Sequence[MeasuredRow], errors: Callable[[list[MeasuredRow], l
             continue
         cut = [r for r in rows if not (r.part in shares_fit[part] and size(r) >= largest)]
         targets = [r for r in scored if r.part == part and size(r) >= largest]
-        for error in errors(cut, targets):
-            beyond[error.term] = error
+        try:
+            for error in errors(cut, targets):
+                beyond[error.term] = error
+        except ValueError:
+            continue
     return [HeldOutTerm(term, in_sample[term], left_out[term], beyond.get(term)) for term in in_sample]
 
 
@@ -231,7 +237,7 @@ def lines(terms: Sequence[HeldOutTerm], what: str = "rows") -> list[str]:
            f"largest size from the smaller: error (row) | goal |", "|---|---|---|---|---|---|"]
     for t in terms:
         _, _, in_worst = t.in_sample.worst
-        _, row, loo_worst = t.leave_one_out.worst
+        _, row, loo_worst = t.leave_one_out.worst if t.leave_one_out.points else (0, "none left out", float("nan"))
         if t.small_to_large is None:
             beyond = "one size only"
         else:
