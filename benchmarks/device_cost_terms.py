@@ -31,7 +31,8 @@ def main() -> None:
     model = MODELS["qwen3vl-8b"]
     depth = model.encoder.depth
     # The h200 preset before it was measured: analytic compute terms, 0.01 ms per attention call, 0.05 ms per layer.
-    hw = dataclasses.replace(HARDWARE["h200"], attention_call_ms=0.01, launch_ms_per_layer=0.05)
+    hw = dataclasses.replace(HARDWARE["h200"], attention_call_ms=0.01, launch_ms_per_layer=0.05,
+                             vision_block_ms=None)
     before = {e.term: e for e in term_errors(time_figures(hw, model, Setup(1, 1, "bf16", "none", "fsdp", 8)),
                                              hw.launch_ms_per_layer, rows, vision_depth=depth)}
     scores = device_held_out(name, rows)

@@ -12,6 +12,7 @@ import pytest
 from mindspeed_mm.core.fcp.cost import (
     ALGOS, CostModel, GroupWorkload, ModelDoesNotFitError, ProfileTable, WorkloadColumns, build_preset_table,
 )
+from mindspeed_mm.core.fcp.cost.measured_compute import load_h200_qwen3vl8b
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
 
 # A toy table with round numbers: 3 layers, 8 heads / 2 KV heads of 16, 4 ranks per node.
@@ -533,11 +534,23 @@ def test_vision_call_cost_is_paid_once_per_rank_and_only_with_patches(algo: str)
 
 
 def test_preset_vision_call_cost_counts_the_encoder_blocks() -> None:
+    """Each block pays the vision block's own floor (the H200's Hugging Face vision block, copied), not the text
+    layer's host work."""
     hardware, encoder = HARDWARE["a3"], MODELS["qwen3vl-8b"].encoder
     table = CostModel.from_preset("a3-qwen3vl-8b").table
-    assert table.time.vision_ms_per_call == pytest.approx(
-        encoder.depth * (hardware.launch_ms_per_layer + hardware.attention_call_ms))
+    measured = load_h200_qwen3vl8b()[2]
+    assert hardware.vision_block_ms == measured.vision_floor_ms
+    assert table.time.vision_ms_per_call == pytest.approx(encoder.depth * measured.vision_floor_ms)
+    assert table.time.vision_ms_per_call < encoder.depth * (hardware.launch_ms_per_layer + hardware.attention_call_ms)
     assert CostModel.from_preset("a3-qwen3vl-8b").table.model.vision is not None
+    # Floors given for the target replace all three; two keep the hardware's vision block.
+    given = build_preset_table("a3", "qwen3vl-8b", host_floors=(0.5, 2.0, 3.0)).time
+    assert (given.attention_call_ms, given.launch_ms / 36, given.vision_ms_per_call) == pytest.approx(
+        (0.5, 2.0, 3.0 * encoder.depth))
+    two = build_preset_table("a3", "qwen3vl-8b", host_floors=(0.5, 2.0)).time
+    assert two.vision_ms_per_call == pytest.approx(table.time.vision_ms_per_call)
+    with pytest.raises(ValueError, match="host_floors must be two or three times >= 0"):
+        build_preset_table("a3", "qwen3vl-8b", host_floors=(0.5,))
 
 
 def test_preset_table_copy_is_independent() -> None:

@@ -71,6 +71,9 @@ class HardwarePreset:
     """Memory taken by the runtime and communication buffers."""
     sources: str
     """Source keys behind the figures above, in order."""
+    vision_block_ms: float | None = None
+    """The least one vision block's call costs, forward + backward (its host-side floor); None: a block is
+    charged what a decoder layer's launch and one attention call cost."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,10 @@ def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> TimeFi
     output_ms = 1e3 * (fwd_bwd * head_flops / lin_rate + loss_bytes / hw.memory_bytes_per_s)
     vision_ms = vision_call_ms = 0.0
     if enc is not None:
-        # Like a decoder layer, each block pays the launch cost and one attention kernel pair per call
-        # (the frame groups of a call share one varlen attention call) [inferred].
-        vision_call_ms = enc.depth * (hw.launch_ms_per_layer + hw.attention_call_ms)
+        # Each block pays its own call floor once per call (the frame groups of a call share one varlen
+        # attention call), not the text layer's host work [inferred].
+        block_ms = hw.vision_block_ms if hw.vision_block_ms is not None else hw.launch_ms_per_layer + hw.attention_call_ms
+        vision_call_ms = enc.depth * block_ms
         window = enc.attention_window
         vision_attn_rate = peak * 1e12 * hw.attention_efficiency * window / (window + hw.attention_half_tokens)
         vision_ms = 1e3 * (fwd_bwd * enc.matmul_forward_flops_per_patch() / tp / lin_rate

@@ -30,6 +30,7 @@ from mindspeed_mm.core.fcp.cost.analytic import (
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.measured_compute import MeasuredCompute, load_h200_qwen3vl8b, quadratic_grid
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
+from mindspeed_mm.core.fcp.cost.term_provenance import preset_term_provenance
 from mindspeed_mm.core.fcp.cost.table import (
     RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, ModelShape, ProfileTable, TimeFigures, VisionShape,
 )
@@ -83,12 +84,14 @@ _GB = 1e9
 
 # Host-side floors of the real model's calls, measured on the H200 [h200-measured]: one attention call costs at
 # least ~1.1 ms forward + backward and one decoder layer ~2 ms of kernels' floor plus ~3.2 ms of the Hugging Face
-# layer's own host work (the model MindSpeed-MM forks), whatever few tokens it holds. They come from the host
-# and the eager PyTorch code that drives the device, so the other accelerators take the same floors
-# [estimate: the H200's measurements assumed for them; a table measured by `fcp profile` replaces them].
+# layer's own host work (the model MindSpeed-MM forks; the constant that, added to the kernels at every size,
+# comes closest to it), whatever few tokens it holds; one Hugging Face vision block's call ~4.6 ms. They come
+# from the host and the eager PyTorch code that drives the device, so the other accelerators take the same
+# floors [copied: the H200's measurements assumed for them; a table measured by `fcp profile` replaces them].
 _H200_MEASURED = load_h200_qwen3vl8b()[2]
 HOST_ATTENTION_CALL_MS = _H200_MEASURED.attention_call_ms
 HOST_LAYER_MS = _H200_MEASURED.layer_floor_ms + _H200_MEASURED.additive_host_ms
+HOST_VISION_BLOCK_MS = _H200_MEASURED.vision_floor_ms
 
 HARDWARE: dict[str, HardwarePreset] = {
     "a3": HardwarePreset(
@@ -113,6 +116,7 @@ HARDWARE: dict[str, HardwarePreset] = {
         attention_half_tokens=512.0,           # [estimate]
         attention_call_ms=HOST_ATTENTION_CALL_MS,    # [h200-measured][estimate], see HOST_ATTENTION_CALL_MS
         launch_ms_per_layer=HOST_LAYER_MS,           # [h200-measured][estimate]
+        vision_block_ms=HOST_VISION_BLOCK_MS,        # [h200-measured][estimate]
         runtime_bytes=2 * 2**30,               # CANN runtime + HCCL buffers [estimate]
         sources="hia3, CM384, LLS, crc, sglnpu, deepep, nccl212, b2mm, idx, h200-measured",
     ),
@@ -134,6 +138,7 @@ HARDWARE: dict[str, HardwarePreset] = {
         p2p_latency_ms=0.02, a2a_latency_ms=0.04, inter_latency_ms=0.03,   # [estimate]
         linear_efficiency=0.6, attention_efficiency=0.45, attention_half_tokens=512.0,
         attention_call_ms=HOST_ATTENTION_CALL_MS, launch_ms_per_layer=HOST_LAYER_MS,   # [h200-measured][estimate]
+        vision_block_ms=HOST_VISION_BLOCK_MS,
         runtime_bytes=2 * 2**30,
         sources="LLS, verl, popo, meemx, hiasc-fm, b2mm, idx, h200-measured",
     ),
@@ -156,7 +161,7 @@ HARDWARE: dict[str, HardwarePreset] = {
         attention_efficiency=0.5,              # between FA2 0.35 and FA3 0.75 [fa3][estimate]
         attention_half_tokens=512.0,
         attention_call_ms=HOST_ATTENTION_CALL_MS,    # [h200-measured][inferred: same host software]
-        launch_ms_per_layer=HOST_LAYER_MS,
+        launch_ms_per_layer=HOST_LAYER_MS, vision_block_ms=HOST_VISION_BLOCK_MS,
         runtime_bytes=1.5 * 2**30,             # CUDA context + NCCL buffers [estimate]
         sources="gk, nccl212, nccl1455, deepep, meg, fa3, h200-measured",
     ),
@@ -175,6 +180,7 @@ HARDWARE: dict[str, HardwarePreset] = {
         p2p_latency_ms=0.01, a2a_latency_ms=0.02, inter_latency_ms=0.02,
         linear_efficiency=0.6, attention_efficiency=0.5, attention_half_tokens=512.0,
         attention_call_ms=HOST_ATTENTION_CALL_MS, launch_ms_per_layer=HOST_LAYER_MS,   # [h200-measured]
+        vision_block_ms=HOST_VISION_BLOCK_MS,
         runtime_bytes=1.5 * 2**30,
         sources="mlc-h200, hwds, verl, nccl212, deepep, fa3, h200-measured",
     ),
@@ -198,6 +204,9 @@ HARDWARE: dict[str, HardwarePreset] = {
         attention_efficiency=0.02, attention_half_tokens=64.0,
         attention_call_ms=0.1,
         launch_ms_per_layer=2.0,   # 16-token forward + backward took about 4 ms [measured]
+        # The bed's tiny Qwen3-VL encoder (2 blocks): about 4 ms a call at few patches (`fcp profile --recipe`)
+        # [measured, rough].
+        vision_block_ms=2.0,
         runtime_bytes=128 * 2**20,
         sources="lscpu and rough timings of the tiny model on the development machine; the rest [estimate]",
     ),
@@ -268,7 +277,7 @@ def preset_table(name: str, **options: Any) -> ProfileTable:
 def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtype: str | None = None,
                        recompute: str | None = None, sharding: str = "fsdp",
                        shard_ranks: int | None = None, ranks_per_node: int | None = None,
-                       host_floors: tuple[float, float] | None = None) -> ProfileTable:
+                       host_floors: tuple[float, ...] | None = None) -> ProfileTable:
     """An analytic profile table for `hardware` x `model`.
 
     tp / pp: fixed tensor / pipeline sizes; dtype: default the hardware's first (bf16 on
@@ -276,8 +285,9 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     sharding: how parameters, gradients and Adam state are kept (`none` = plain DDP,
     `distributed_optimizer` = Megatron, `fsdp` = full shard, as MindSpeed-MM's Qwen3-VL recipes
     [MMy]); shard_ranks: ranks the state is sharded over (default: one node); ranks_per_node:
-    override of the hardware's node size; host_floors: (attention call ms, layer ms) replacing the
-    hardware's host-side floors (`HOST_ATTENTION_CALL_MS`, `HOST_LAYER_MS`), e.g. measured on the target.
+    override of the hardware's node size; host_floors: (attention call ms, layer ms[, vision block ms])
+    replacing the hardware's host-side floors (`HOST_ATTENTION_CALL_MS`, `HOST_LAYER_MS`,
+    `HOST_VISION_BLOCK_MS`), e.g. measured on the target.
     """
     if hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; valid: {sorted(HARDWARE)}")
@@ -285,10 +295,12 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
         raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
     hw, mp = HARDWARE[hardware], MODELS[model]
     if host_floors is not None:
-        call_ms, layer_ms = host_floors
-        if not (call_ms >= 0 and layer_ms >= 0):
-            raise ValueError(f"host_floors must be two times >= 0 (attention call ms, layer ms), got {host_floors!r}")
-        hw = dataclasses.replace(hw, attention_call_ms=float(call_ms), launch_ms_per_layer=float(layer_ms))
+        if len(host_floors) not in (2, 3) or not all(isinstance(x, (int, float)) and x >= 0 for x in host_floors):
+            raise ValueError(f"host_floors must be two or three times >= 0 (attention call ms, layer ms[, vision "
+                             f"block ms]), got {host_floors!r}")
+        call_ms, layer_ms, *vision_ms = host_floors
+        hw = dataclasses.replace(hw, attention_call_ms=float(call_ms), launch_ms_per_layer=float(layer_ms),
+                                 vision_block_ms=float(vision_ms[0]) if vision_ms else hw.vision_block_ms)
     dtype = dtype if dtype is not None else next(iter(hw.peak_tflops))
     if dtype not in hw.peak_tflops:
         raise ValueError(f"dtype {dtype!r} not supported on {hardware!r}; valid: {list(hw.peak_tflops)}")
@@ -346,6 +358,9 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             "options": {"sharding": sharding, "shard_ranks": shards,
                         **({} if host_floors is None else {"host_floors": list(host_floors)})},
             **measured_provenance,
+            "terms": preset_term_provenance(
+                hardware, hw.sources, host_floors=host_floors,
+                measured_file=measured_provenance["measured_compute"]["file"] if measured_provenance else None),
             "params_per_rank": params_per_rank(mp, setup),
             "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES,
                                                                       _STEP_SOURCES)))},
