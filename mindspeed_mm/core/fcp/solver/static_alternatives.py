@@ -4,7 +4,8 @@ the best homogeneous DP x CP layout it could have chosen:
 - in lockstep rounds (FSDP): the static layout's micro-batches in rounds of one per replica
   (`static_layout.lockstep_rounds`), each round counted as the planner counts its own (`RoundFloor`);
 - for groups that meet only at the step's gradient reduction (DDP, `fcp train`): a static layout run as
-  independent replicas, whichever finishes first when every group waits only for its own members.
+  independent replicas, whichever finishes first when every group waits only for its own members, its
+  micro-batches packed both by the shared packer and for the replicas' real loads (`replica_balance`).
 
 A layout is skipped, without packing its micro-batches, when it cannot win: its replicas' work is at least
 the whole batch's time on one group of its degree and algo (memory ignored; a group's time is subadditive
@@ -21,8 +22,10 @@ from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.solver.baseline_common import BaselineInfeasibleError
 from mindspeed_mm.core.fcp.solver.placement import compact_node_part, placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan, SolverConfig
+from mindspeed_mm.core.fcp.solver.replica_balance import marginal_packing, rebalanced
 from mindspeed_mm.core.fcp.solver.static_layout import (
     StaticPacker,
+    StaticPacks,
     blocks_are_compact,
     busiest_replica_ms,
     dealt_to_replicas,
@@ -99,6 +102,7 @@ def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: lis
     best, best_ms = plan, dataflow_ms(plan)
     node, n_ranks = config.ranks_per_node, config.num_ranks
     packer = StaticPacker(lengths, patches, cost)
+    balanced: dict[tuple[int, bytes], tuple[StaticPacks, list[list[int]]]] = {}
     for bound, degree, algo in _layouts_by_bound(packer, lengths, cost, config):
         if not bound < best_ms:
             break
@@ -106,19 +110,29 @@ def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: lis
         alone_ms = packer.alone_ms(degree, algo)
         if not alone_ms.max() < best_ms:
             continue
+        packings = []
         try:
             packs = packer.packs(degree, algo, replicas, alone_ms)
+            packings.append((packs, dealt_to_replicas(packs, replicas)))
         except BaselineInfeasibleError:
-            continue
-        dealt = dealt_to_replicas(packs, replicas)
-        busiest = busiest_replica_ms(packs, dealt, node)
-        if busiest is not None and not busiest < best_ms:
-            continue
-        rounds = independent_rounds(packs, replicas, lengths, patches, cost, node, dealt)
-        candidate = replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
-                            extras={**plan.extras, "cross_node_groups": _straddling(rounds, node),
-                                    "independent_replicas": {"cp_degree": degree, "algo": algo}})
-        candidate_ms = dataflow_ms(candidate)
-        if candidate_ms < best_ms:
-            best, best_ms = candidate, candidate_ms
+            pass
+        # Packed for the replicas' real loads (`replica_balance`): micro-batches priced as they grow (once for
+        # layouts whose samples cost the same: ring and Ulysses on one rank).
+        key = (degree, alone_ms.tobytes())
+        if key not in balanced:
+            balanced[key] = rebalanced(*marginal_packing(packer.columns, lengths, cost, degree, algo, replicas),
+                                       packer.columns, lengths, cost)
+        packs, dealt = balanced[key]
+        packings.append((replace(packs, algo=algo), dealt))
+        for packs, dealt in packings:
+            busiest = busiest_replica_ms(packs, dealt, node)
+            if busiest is not None and not busiest < best_ms:
+                continue
+            rounds = independent_rounds(packs, replicas, lengths, patches, cost, node, dealt)
+            candidate = replace(plan, rounds=tuple(rounds), predicted_ms=float(sum(r.predicted_ms for r in rounds)),
+                                extras={**plan.extras, "cross_node_groups": _straddling(rounds, node),
+                                        "independent_replicas": {"cp_degree": degree, "algo": algo}})
+            candidate_ms = dataflow_ms(candidate)
+            if candidate_ms < best_ms:
+                best, best_ms = candidate, candidate_ms
     return best
