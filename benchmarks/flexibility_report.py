@@ -41,6 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.cost.model_error import model_error
 from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS, draw_lengths
 from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch
 from mindspeed_mm.core.fcp.solver.baselines import (
@@ -128,7 +129,8 @@ def main() -> None:
         parser.error(f"--strategies: unknown {', '.join(unknown)}")
     print(f"preset {PRESET}, state sharded over the run's ranks; {args.seeds} seeds x {args.batches} batches of "
           f"{args.per_rank} samples per rank; cells: strategy time / FCP time (tuned_static_ddp: / fcp_ddp time), "
-          "mean [min-max] over seeds")
+          f"mean [min-max] over seeds; {model_error(CostModel.from_preset(PRESET).table).describe()} "
+          "(benchmarks/term_sensitivity.py: how the margins move when its unmeasured terms are off x0.5-x2)")
     columns = strategies + (["tuned_static_fsdp_over_bound"] if "tuned_static_fsdp" in strategies else [])
     print("| workload | ranks | FCP ms/step | " + " | ".join(columns) + " |")
     print("|---|---|---|" + "---|" * len(columns))

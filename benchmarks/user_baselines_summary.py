@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mindspeed_mm.core.fcp.cost.model_error import margin_verdict, model_error
+from mindspeed_mm.core.fcp.cost.presets import preset_table
+
 RESULTS = Path(__file__).resolve().parent / "results" / "user_baselines"
 COLUMNS = {
     "mindspeed_mm_sampler": "MindSpeed-MM sampler, default CP",
@@ -40,6 +43,7 @@ def main() -> None:
     files = sorted(RESULTS.glob("*.txt"), key=lambda p: (p.stem.rsplit("_", 1)[0], int(p.stem.rsplit("_", 1)[1])))
     print("| preset | ranks | workload | " + " | ".join(COLUMNS.values()) + " |")
     print("|---|---|---|" + "---|" * len(COLUMNS))
+    margins: dict[str, list[float]] = {}
     for path in files:
         preset, ranks = path.stem.rsplit("_", 1)
         for dataset, strategies in parse(path).items():
@@ -48,7 +52,16 @@ def main() -> None:
                 cell, label = strategies.get(name, ("n/a", ""))
                 layout = label.replace(", tuned", "").replace(", default", "")
                 cells.append(f"{cell} ({layout})" if layout else cell)
+                if name == "tuned_static_fsdp" and cell != "n/a":
+                    margins.setdefault(preset, []).append(float(cell.split()[0]) - 1.0)
             print(f"| {preset} | {ranks} | {dataset} | " + " | ".join(cells) + " |")
+    print()
+    for preset, values in margins.items():
+        error = model_error(preset_table(preset))
+        inside = sum(margin_verdict(m, error) == "inside the model's error" for m in values)
+        print(f"- {preset}: FCP's margin over packed tuned static {100 * min(values):.1f}-{100 * max(values):.1f}% "
+              f"(mean per workload and scale); {error.describe()}"
+              + (f"; {inside} of {len(values)} margins are inside it" if error.held_out_mean is not None else "") + ".")
 
 
 if __name__ == "__main__":

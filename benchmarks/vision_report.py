@@ -29,6 +29,8 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
+from mindspeed_mm.core.fcp.cost.model_error import margin_verdict, model_error
+from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
@@ -69,11 +71,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--per-rank", type=int, default=8)
     args = parser.parse_args()
+    error = model_error(preset_table(args.preset))
     print(f"preset {args.preset}; {args.seeds} seeds x {args.batches} batches of {args.per_rank} samples per rank; "
-          "cells: strategy step time / FCP step time, mean [min-max] over seeds")
+          f"cells: strategy step time / FCP step time, mean [min-max] over seeds; {error.describe()}; last column: "
+          "FCP's margin over tuned static against that error")
     print("| vision tower | workload | ranks | FCP ms/step | rounds spread | fcp_in_group | fcp_before | "
-          "tuned_static (layout) | tuned_static / bound |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "tuned_static (layout) | tuned_static / bound | FCP's margin over tuned static |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for frozen in (False, True):
         for workload in WORKLOADS:
             for ranks in (int(s) for s in args.scales.split(",")):
@@ -111,7 +115,8 @@ def main() -> None:
                 cell = lambda r: f"{np.mean(r):.3f} [{min(r):.3f}-{max(r):.3f}]"  # noqa: E731
                 print(f"| {'frozen' if frozen else 'trainable'} | {workload} | {ranks} | "
                       f"{np.mean(fcp_totals) / args.batches:,.0f} | {spread}/{total_rounds} | {cell(local)} | "
-                      f"{cell(before)} | {cell(static)} ({'/'.join(sorted(layouts))}) | {cell(ceiling)} |", flush=True)
+                      f"{cell(before)} | {cell(static)} ({'/'.join(sorted(layouts))}) | {cell(ceiling)} | "
+                      f"{100 * (np.mean(static) - 1):+.1f}%, {margin_verdict(np.mean(static) - 1, error)} |", flush=True)
 
 
 if __name__ == "__main__":

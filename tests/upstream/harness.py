@@ -40,14 +40,15 @@ class UpstreamBed:
     _checkouts: dict = field(default_factory=dict)
 
     @classmethod
-    def create(cls, root: Path, *, long_videos: bool = False) -> "UpstreamBed":
-        """The bed in `root`; `long_videos`: every fourth sample of its dataset a long video (`tiny_qwen3vl.py`)."""
+    def create(cls, root: Path, *, long_videos: bool = False, workload: str | None = None) -> "UpstreamBed":
+        """The bed in `root`; `long_videos`: every fourth sample of its dataset a long video; `workload`: one of
+        `tiny_qwen3vl.WORKLOADS` (images, short videos, ...; `long_videos` the same as `long_videos=True`)."""
         sources = bed_sources.find_sources()
         if not sources.available:
             raise BedUnavailable(sources.skip_reason())
         root.mkdir(parents=True, exist_ok=True)
         assets = root / "tiny"
-        build_tiny_assets(sources, assets, long_videos=long_videos)
+        build_tiny_assets(sources, assets, long_videos=long_videos, workload=workload)
         summary = json.loads((assets / "hf" / "tiny_summary.json").read_text())
         return cls(sources, root, assets / "hf", assets / "data" / "data.json", summary)
 
@@ -98,13 +99,14 @@ class UpstreamBed:
 
 
 def build_tiny_assets(sources: bed_sources.UpstreamSources, out: Path, timeout_s: float = 300, *,
-                      long_videos: bool = False) -> None:
+                      long_videos: bool = False, workload: str | None = None) -> None:
     """Run `tiny_qwen3vl.py` in the upstream interpreter (transformers, tokenizers, PIL, av live there)."""
     if (out / "hf" / "tiny_summary.json").is_file() and (out / "data" / "data.json").is_file():
         return
     env = dict(os.environ, PYTHONPATH=str(bed_sources.CPU_ASCEND), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                OMP_NUM_THREADS="1")
-    command = [str(sources.python), str(TINY_BUILDER), str(out)] + (["--long-videos"] if long_videos else [])
+    command = [str(sources.python), str(TINY_BUILDER), str(out)] + (["--long-videos"] if long_videos else []) + (
+        ["--workload", workload] if workload else [])
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the tiny Qwen3-VL failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

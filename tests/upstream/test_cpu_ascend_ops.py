@@ -330,6 +330,27 @@ def test_unimplemented_calls_raise_naming_them(npu, call, name):
         call(npu)
 
 
+def test_band_limits_without_a_mask_are_ignored_as_documented(npu):
+    """defaultMask without atten_mask computes every query-key pair whatever pre_tockens / next_tockens say, as
+    MindSpeed's TND ring attention passes them for the unmasked blocks of a step
+    (`ring_context_parallel.CausalEodAttentionStrategy`: pre_tockens = next_tockens = the block's key rows); with a
+    mask the band is still refused."""
+    cu_q, cu_k = [0, 6, 10], [0, 3, 5]
+    q, k, v = _qkv(10, 5, heads=2, kv_heads=2, seed=3)
+    scale = 1 / math.sqrt(8)
+    full = npu.npu_fusion_attention(q, k, v, 2, "TND", scale=scale, actual_seq_qlen=cu_q[1:],
+                                    actual_seq_kvlen=cu_k[1:])
+    banded = npu.npu_fusion_attention(q, k, v, 2, "TND", scale=scale, pre_tockens=k.shape[0], next_tockens=k.shape[0],
+                                      sparse_mode=0, actual_seq_qlen=cu_q[1:], actual_seq_kvlen=cu_k[1:])
+    for got, want in zip(banded[:3], full[:3]):
+        assert torch.equal(got, want)
+    ref, _ = tnd_reference(q, k, v, cu_q, cu_k, scale, False)
+    assert_close(banded[0].double(), ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="band limits"):
+        npu.npu_fusion_attention(*_qkv(4, 4), 4, "TND", atten_mask=MASK, pre_tockens=2, next_tockens=0,
+                                 sparse_mode=0, actual_seq_qlen=[4], actual_seq_kvlen=[4])
+
+
 def test_sparse_mode_3_rejects_a_mask_that_is_not_the_compressed_one(npu):
     with pytest.raises(ValueError, match="2048x2048"):
         npu.npu_fusion_attention(*_qkv(4, 4), 4, "TND", atten_mask=MASK.T.contiguous(), sparse_mode=3,

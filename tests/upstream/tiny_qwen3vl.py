@@ -130,25 +130,36 @@ _ANSWERS = (
 )
 
 
-def build_dataset(out: Path, num_samples: int = 16, long_video_every: int = 0) -> Path:
+WORKLOADS = ("mixed", "images", "short_videos", "long_videos")
+"""Datasets the builder writes: images and short videos alternating; images only; short videos only; every
+fourth sample a long video among images and short videos alternating."""
+
+
+def build_dataset(out: Path, num_samples: int = 16, long_video_every: int = 0, workload: str = "mixed") -> Path:
     """Images (PIL) and short videos (av, mpeg4) plus `data.json` in MindSpeed-MM's llava-style message format.
 
-    Samples alternate image / video; every sample has both `images` and `videos` lists (one of them empty), so
-    the recipe keeps `attr.images: images` and `attr.videos: videos`. With `long_video_every=k`, every k-th
-    sample is a long video instead: 96 frames of 128 x 128 at 4 fps (24 s; at 2 fps and `video_maxlen: 64`, 48
-    frames, about 400 tokens, several times the other samples).
+    `mixed`: samples alternate image / video; `images` / `short_videos`: only those; every sample has both
+    `images` and `videos` lists (one of them empty), so the recipe keeps `attr.images: images` and `attr.videos:
+    videos`. With `long_video_every=k` (`long_videos`: k = 4), every k-th sample is a long video instead: 96
+    frames of 128 x 128 at 4 fps (24 s; at 2 fps and `video_maxlen: 64`, 48 frames, about 400 tokens, several
+    times the other samples).
     """
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
+    if workload == "long_videos":
+        long_video_every = long_video_every or 4
     out.mkdir(parents=True, exist_ok=True)
     samples = []
     for i in range(num_samples):
         answer = " ".join(_ANSWERS[(i + j) % len(_ANSWERS)] for j in range(1 + i % 3))
+        image = workload == "images" or (workload != "short_videos" and i % 2 == 0)
         if long_video_every and i % long_video_every == long_video_every - 1:
             name = f"long_video_{i}.mp4"
             _video(out / name, frames=96, size=128, fps=4, seed=i)
             samples.append({"messages": [{"role": "user", "content": "<video>What happens in the video?"},
                                          {"role": "assistant", "content": answer}],
                             "images": [], "videos": [name]})
-        elif i % 2 == 0:
+        elif image:
             name = f"image_{i}.png"
             _image(out / name, width=64 + 32 * (i % 3), height=64, seed=i)
             samples.append({"messages": [{"role": "user", "content": "<image>Please describe the image."},
@@ -166,11 +177,15 @@ def build_dataset(out: Path, num_samples: int = 16, long_video_every: int = 0) -
 
 
 def main(argv: list[str]) -> int:
-    """`python tiny_qwen3vl.py OUT [--long-videos]`: the model in OUT/hf, the data in OUT/data (with
-    `--long-videos`, every fourth sample a long video)."""
+    """`python tiny_qwen3vl.py OUT [--long-videos | --workload NAME]`: the model in OUT/hf, the data in OUT/data
+    (`WORKLOADS`; `--long-videos` is `--workload long_videos`)."""
     root = Path(argv[1])
+    options = argv[2:]
+    workload = "long_videos" if "--long-videos" in options else "mixed"
+    if "--workload" in options:
+        workload = options[options.index("--workload") + 1]
     build_model_folder(root / "hf")
-    build_dataset(root / "data", long_video_every=4 if "--long-videos" in argv[2:] else 0)
+    build_dataset(root / "data", workload=workload)
     print(json.dumps({"hf": str(root / "hf"), "data": str(root / "data" / "data.json")}))
     return 0
 

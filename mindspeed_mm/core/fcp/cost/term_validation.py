@@ -16,6 +16,7 @@ misses it is a gap to name, with its reason.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,8 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost.grid import Grid, fit_quadratic
 from mindspeed_mm.core.fcp.cost.measured_compute import (
-    TERM_NAMES, MeasuredCompute, MeasuredRow, TermError, errors_of, fit_errors, fit_measured_compute, row_size,
+    TERM_NAMES, MeasuredCompute, MeasuredRow, TermError, errors_of, fit_errors, fit_measured_compute, load_rows,
+    row_size,
 )
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 
@@ -109,6 +111,12 @@ def device_held_out(name: str, rows: Sequence[MeasuredRow],
         return fit_errors(fit(name, fit_rows), scored)
 
     return held_out(rows, errors, SHARES_FIT, row_size)
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_held_out() -> tuple[HeldOutTerm, ...]:
+    """`device_held_out` of the packaged device measurements (`measured_compute.load_rows()`), computed once."""
+    return tuple(device_held_out(*load_rows()))
 
 
 def matmul_rate_tflops(rows: Sequence[MeasuredRow]) -> float | None:
@@ -250,5 +258,5 @@ def lines(terms: Sequence[HeldOutTerm], what: str = "rows") -> list[str]:
 
 
 __all__ = ["GOAL_MEAN", "GOAL_WORST", "SHARES_FIT", "TERM_NAMES", "HeldOutTerm", "device_held_out", "held_out",
-           "lines", "matmul_rate_tflops", "table_held_out", "ulysses_rule_errors", "vision_block_flops_per_patch", "vision_flop_rate_tflops",
+           "lines", "matmul_rate_tflops", "packaged_held_out", "table_held_out", "ulysses_rule_errors", "vision_block_flops_per_patch", "vision_flop_rate_tflops",
            "without_largest_sizes"]

@@ -21,6 +21,7 @@ from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator, calibration_line
 from mindspeed_mm.core.fcp.runtime.plan_check import check_plan_agreement, check_plan_executable
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.step_time import step_ms
 
 _logger = logging.getLogger(__name__)
 
@@ -101,9 +102,11 @@ class StepPlanSource:
         if self.log_plan:
             plan = planned.plan
             self.logger.info(
-                "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms",
+                "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms; "
+                "predicted step with its own costs %.1f ms",
                 step + 1, plan.num_rounds, [[g.degree for g in r.groups] for r in plan.rounds],
                 plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms,
+                step_ms(plan, self.planner.cost, self.planner.solver_config.step_semantics),
             )
         return planned
 

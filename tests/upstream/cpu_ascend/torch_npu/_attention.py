@@ -8,7 +8,8 @@ as MindSpeed's TND ring attention reads it, `mindspeed/core/context_parallel/uti
   `head_num` is the query head count; key/value may have fewer heads (GQA: query head h reads key head
   h // (Nq / Nkv)).
 - `atten_mask`: True (or 1) = masked out. `sparse_mode` 0 / 1: the mask as given (SS, 11SS, B1SS, BNSS;
-  None = full attention); 2: causal from the top-left corner (key j <= query i); 3: causal from the
+  None = full attention, `pre_tockens` / `next_tockens` ignored: "如果atten_mask未传入则不做mask操作, 忽略
+  pre_tockens和next_tockens取值"); 2: causal from the top-left corner (key j <= query i); 3: causal from the
   bottom-right corner (key j <= i + Skv - Sq), both passed with the compressed 2048 x 2048 upper-triangular
   mask, per document in the TND layout.
 - outputs `(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)`: `softmax_max` is the
@@ -187,7 +188,10 @@ def _check_common(layout, keep_prob, pse, padding_mask, prefix, sparse_mode, pre
             raise _unsupported(name)
     if sparse_mode not in (0, 1, 2, 3):
         raise _unsupported(f"sparse_mode {sparse_mode}")
-    if sparse_mode in (0, 1) and (pre_tockens != _DEFAULT_TOKENS or next_tockens != _DEFAULT_TOKENS):
+    # Without atten_mask, defaultMask (0) computes everything and ignores pre_tockens / next_tockens (as MindSpeed's
+    # TND ring passes them for its unmasked blocks); with a mask they would cut a band.
+    banded = pre_tockens != _DEFAULT_TOKENS or next_tockens != _DEFAULT_TOKENS
+    if banded and (sparse_mode == 1 or (sparse_mode == 0 and mask is not None)):
         raise _unsupported("band limits pre_tockens / next_tockens")
     if sparse_mode in (2, 3):
         _check_compressed_mask(mask, sparse_mode)
