@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.model_error import model_error

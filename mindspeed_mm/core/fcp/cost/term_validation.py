@@ -20,11 +20,9 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from mindspeed_mm.core.fcp.cost.grid import Grid, fit_quadratic
 from mindspeed_mm.core.fcp.cost.measured_compute import (
-    TERM_NAMES, MeasuredCompute, MeasuredRow, TermError, errors_of, fit_errors, fit_measured_compute, load_rows,
+    TERM_NAMES, MeasuredCompute, MeasuredRow, TermError, fit_errors, fit_measured_compute, load_rows,
     row_size,
 )
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
