@@ -58,7 +58,7 @@ def main() -> None:
     alpha, beta, gamma = measured.attention
     intercept, slope = measured.vision_line
     enc = model.encoder
-    rate = vision_flop_rate_tflops(measured, enc.hidden, enc.mlp, enc.attention_window)
+    rate = vision_flop_rate_tflops(measured, enc)
     print(f"\nFitted: layer floor {measured.layer_floor_ms:.3f} ms (kernels), real model's layer floor "
           f"{measured.model_layer_floor_ms:.3f} ms (attention call included; the additive equivalent the analytic "
           f"presets copy: {measured.additive_host_ms:.3f} ms); attention call floor {measured.attention_call_ms:.3f} "

@@ -117,7 +117,7 @@ def test_the_vision_tail_is_no_faster_than_the_blocks_flops_allow(device_rows) -
     name, rows = device_rows
     measured = fit_measured_compute(name, rows)
     enc = MODELS["qwen3vl-8b"].encoder
-    rate = vision_flop_rate_tflops(measured, enc.hidden, enc.mlp, enc.attention_window)
+    rate = vision_flop_rate_tflops(measured, enc)
     assert 0.05 * matmul_rate_tflops(rows) < rate < matmul_rate_tflops(rows)
     lean = max((r for r in rows if r.part == "V"), key=lambda r: r.fields["patches"]).fields
     assert measured.vision_line[1] >= lean["fb_ms_per_block"] / lean["patches"]

@@ -20,11 +20,13 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mindspeed_mm.core.fcp.cost.analytic import ATTENTION_BACKWARD_RATIO, LINEAR_BACKWARD_RATIO
 from mindspeed_mm.core.fcp.cost.grid import Grid, fit_quadratic
 from mindspeed_mm.core.fcp.cost.measured_compute import (
     TERM_NAMES, MeasuredCompute, MeasuredRow, TermError, fit_errors, fit_measured_compute, load_rows,
     row_size,
 )
+from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
 from mindspeed_mm.core.fcp.cost.table import ProfileTable
 
 GOAL_MEAN = 0.10
@@ -123,23 +125,21 @@ def matmul_rate_tflops(rows: Sequence[MeasuredRow]) -> float | None:
     return max(rates) if rates else None
 
 
-def vision_block_flops_per_patch(hidden: int, mlp: int, window: int) -> float:
-    """Forward + backward FLOPs of one vision block per patch: its matmuls (backward 2 GEMMs each) and its
-    attention over a window of `window` patches, full mask (backward 2.5 times the forward)
-    (`cost.shapes.EncoderShape`, one block)."""
-    from mindspeed_mm.core.fcp.cost.analytic import ATTENTION_BACKWARD_RATIO, LINEAR_BACKWARD_RATIO
-
-    matmuls = 2.0 * (4 * hidden * hidden + 2 * hidden * mlp)
-    attention = 4.0 * window * hidden
+def vision_block_flops_per_patch(encoder: EncoderShape) -> float:
+    """Forward + backward FLOPs of one vision block per patch, from the encoder's counts (`cost.shapes`): its
+    matmuls (backward 2 GEMMs each) and its attention over the encoder's window, full mask (backward 2.5 times
+    the forward, `cost.analytic`)."""
+    matmuls = 2.0 * encoder.block_matmul_params()
+    attention = encoder.attention_forward_flops_per_patch() / encoder.depth
     return (1 + LINEAR_BACKWARD_RATIO) * matmuls + (1 + ATTENTION_BACKWARD_RATIO) * attention
 
 
-def vision_flop_rate_tflops(measured: MeasuredCompute, hidden: int, mlp: int, window: int) -> float:
+def vision_flop_rate_tflops(measured: MeasuredCompute, encoder: EncoderShape) -> float:
     """The FLOP rate the vision block's large-size slope implies (TFLOP/s): what the tail of the fitted curve
     claims the device does per patch, to be checked against the GEMM rate the device reached."""
     if measured.vision_line is None or measured.vision_line[1] <= 0:
         raise ValueError("the vision block's slope was not measured (part HV)")
-    return vision_block_flops_per_patch(hidden, mlp, window) / (measured.vision_line[1] * 1e-3) / 1e12
+    return vision_block_flops_per_patch(encoder) / (measured.vision_line[1] * 1e-3) / 1e12
 
 
 # ---------------------------------------------------------------------------- profile tables
