@@ -82,6 +82,8 @@ class StageCoefficients:
     """One layer's expert-parallel all-to-alls vs tokens per rank (the table's `expert_exchange_ms`); None: none."""
     expert_exchange_scale: float
     """Layers of the stage times the recompute factor of the all-to-alls (a recomputed forward repeats its pair)."""
+    expert_ms_per_token: float
+    """The routed experts' share of one layer's non-attention work per token (the table's `expert_ms_per_token`)."""
     launch_ms: float
     """Fixed cost of one round of a group."""
     off_diagonal: tuple[float, float, float]
@@ -110,6 +112,17 @@ class StageCoefficients:
         per_rank = inv_degree * tokens
         return (self.layer_linear_scale * self.layer_linear(per_rank) + self.output_ms_per_token * per_rank
                 + vision)
+
+    def routed_expert_ms(self, tokens_on_rank: np.ndarray) -> np.ndarray:
+        """The stage's routed-expert work (with recompute) on `tokens_on_rank` tokens' routed copies."""
+        return self.layer_linear_scale * self.expert_ms_per_token * np.asarray(tokens_on_rank, dtype=np.float64)
+
+    def expert_exchange_ms(self, tokens_on_rank: np.ndarray) -> np.ndarray:
+        """The stage's expert-parallel all-to-alls of a rank holding `tokens_on_rank` tokens (0 without them)."""
+        tokens = np.asarray(tokens_on_rank, dtype=np.float64)
+        if self.expert_exchange is None:
+            return np.zeros_like(tokens)
+        return self.expert_exchange_scale * self.expert_exchange(tokens)
 
     def vision_ms(self, patches_on_rank: np.ndarray) -> np.ndarray:
         """One call of the vision encoder on a rank encoding `patches_on_rank` patches (0: no call)."""
@@ -152,6 +165,7 @@ class StageCoefficients:
             expert_exchange=tm.expert_exchange_ms,
             # Of an exchange's four all-to-alls, the forward two run again in a recomputed forward pass.
             expert_exchange_scale=layers * (1.0 + 0.5 * (passes - 1)),
+            expert_ms_per_token=tm.expert_ms_per_token,
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
             comm_overlap=tm.comm_overlap,
