@@ -310,7 +310,8 @@ def preset_table(name: str, **options: Any) -> ProfileTable:
 def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtype: str | None = None,
                        recompute: str | None = None, sharding: str = "fsdp",
                        shard_ranks: int | None = None, ranks_per_node: int | None = None,
-                       host_floors: tuple[float, float] | None = None, expert_parallel: int = 1) -> ProfileTable:
+                       host_floors: tuple[float, float] | None = None, expert_parallel: int = 1,
+                       model_preset: ModelPreset | None = None) -> ProfileTable:
     """An analytic profile table for `hardware` x `model`.
 
     tp / pp: fixed tensor / pipeline sizes; dtype: default the hardware's first (bf16 on
@@ -321,13 +322,15 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     override of the hardware's node size; host_floors: (attention call ms, layer ms) replacing the
     hardware's host-side floors (`HOST_ATTENTION_CALL_MS`, `HOST_LAYER_MS`), e.g. measured on the target;
     expert_parallel: ranks a mixture-of-experts model's experts are split over (MindSpeed-MM's FSDP2
-    `expert_parallel_size`; 1, its default, runs every expert on every rank: `expert_terms`).
+    `expert_parallel_size`; 1, its default, runs every expert on every rank: `expert_terms`);
+    model_preset: the shape to build for, named `model` (e.g. read from a model's config.json), instead of
+    MODELS[model].
     """
     if hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; valid: {sorted(HARDWARE)}")
-    if model not in MODELS:
+    if model_preset is None and model not in MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
-    hw, mp = HARDWARE[hardware], MODELS[model]
+    hw, mp = HARDWARE[hardware], MODELS[model] if model_preset is None else model_preset
     if host_floors is not None:
         call_ms, layer_ms = host_floors
         if not (call_ms >= 0 and layer_ms >= 0):
@@ -364,7 +367,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     enc = mp.encoder
     time = time_figures(hw, mp, setup, ranks_per_node=node)
     measured_provenance: dict[str, Any] = {}
-    loader = MEASURED_COMPUTE.get((hardware, model))
+    loader = MEASURED_COMPUTE.get((hardware, model)) if model_preset is None else None
     if loader is not None and tp == MEASURED_TP and dtype == "bf16" and host_floors is None:
         file_name, _, measured = loader()
         time = measured_time_figures(time, measured, layers=dec.layers // pp, recompute=recompute,
