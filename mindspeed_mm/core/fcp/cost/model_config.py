@@ -34,6 +34,9 @@ MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 """`config.json` `model_type`s whose shape FCP prices."""
 RECIPE_MODEL_KEY = "model.init_from_hf_path"
 """The recipe key naming the Hugging Face model folder `pretrain_transformers.py` builds the model from."""
+RECIPE_MODEL_KEYS = (RECIPE_MODEL_KEY, "data.dataset_param.preprocess_parameters.model_name_or_path")
+"""Recipe keys naming that folder, in order: the model's, else the data preprocessing's (upstream's recipes set both
+to the same folder; a recipe that loads a converted checkpoint instead keeps the second)."""
 DEFAULT_VISION_WINDOW = 2880
 """Patches of one vision attention sequence: a 2-frame group of a 720p video (720 merged tokens of 4 patches), the
 presets' window (`presets._qwen3vl_vit`); the data sets it, not the model."""
@@ -196,9 +199,18 @@ def _encoder(reader: _Reader, vision: Mapping[str, Any], window: int) -> Encoder
         out_hidden=reader.count(s, vision, "out_hidden_size"), mergers=1 + len(deepstack), attention_window=window)
 
 
+def recipe_model_folder(doc: Any) -> tuple[str, str] | None:
+    """(key, folder) of the first of RECIPE_MODEL_KEYS a recipe document sets; None when it sets none."""
+    for key in RECIPE_MODEL_KEYS:
+        folder = recipe_value(doc, key)
+        if isinstance(folder, str) and folder:
+            return key, folder
+    return None
+
+
 def recipe_model_config_path(recipe: str | os.PathLike[str]) -> Path:
-    """The `config.json` a MindSpeed-MM recipe's model is built from: `model.init_from_hf_path` (relative paths from
-    the current folder, as `pretrain_transformers.py` reads them); ModelConfigError naming the recipe and the key."""
+    """The `config.json` a MindSpeed-MM recipe's model is built from (`recipe_model_folder`; relative paths from the
+    current folder, as `pretrain_transformers.py` reads them); ModelConfigError naming the recipe and the key."""
     recipe = Path(recipe)
     try:
         doc = yaml.safe_load(recipe.read_text(encoding="utf-8"))
@@ -206,13 +218,14 @@ def recipe_model_config_path(recipe: str | os.PathLike[str]) -> Path:
         raise ModelConfigError(f"{recipe}: cannot read the recipe: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ModelConfigError(f"{recipe}: not valid YAML: {exc}") from exc
-    folder = recipe_value(doc, RECIPE_MODEL_KEY)
-    if not isinstance(folder, str) or not folder:
-        raise ModelConfigError(f"{recipe}: {RECIPE_MODEL_KEY} must name the Hugging Face model folder, got {folder!r}")
+    located = recipe_model_folder(doc)
+    if located is None:
+        raise ModelConfigError(f"{recipe}: {' or '.join(RECIPE_MODEL_KEYS)} must name the Hugging Face model folder")
+    key, folder = located
     config = Path(folder) / "config.json"
     if not config.is_file():
-        raise ModelConfigError(f"{recipe}: {RECIPE_MODEL_KEY}={folder!r}: no config.json at {config.resolve()} "
-                               "(relative paths are read from the current folder, as pretrain_transformers.py reads them)")
+        raise ModelConfigError(f"{recipe}: {key}={folder!r}: no config.json at {config.resolve()} (relative paths are "
+                               "read from the current folder, as pretrain_transformers.py reads them)")
     return config
 
 
@@ -226,23 +239,32 @@ def recipe_value(doc: Any, dotted: str) -> Any:
     return node
 
 
-_PRICED_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
+_DECODER_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn")
 _PRICED_VISION = ("depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch", "mergers")
 
 
-def shape_differences(made_for: ModelShape, model: ModelShape) -> list[str]:
-    """`model.<field>=<made_for's> vs <model's>` for every priced field in which two shapes differ (the name and
-    the attention mask aside)."""
-    out = [f"model.{f}={getattr(made_for, f)} vs {getattr(model, f)}" for f in _PRICED_FIELDS
+def decoder_differences(made_for: ModelShape, model: ModelShape) -> list[str]:
+    """`model.<field>=<made_for's> vs <model's>` for every field of the decoder's layers (sizes, heads, experts) in
+    which two shapes differ: the fields every per-token and attention term depends on."""
+    out = [f"model.{f}={getattr(made_for, f)} vs {getattr(model, f)}" for f in _DECODER_FIELDS
            if getattr(made_for, f) != getattr(model, f)]
+    if made_for.experts != model.experts:
+        out.append(f"model.experts={_experts_text(made_for.experts)} vs {_experts_text(model.experts)}")
+    return out
+
+
+def shape_differences(made_for: ModelShape, model: ModelShape) -> list[str]:
+    """`decoder_differences`, then the vocabulary and the vision encoder's fields in which two shapes differ (every
+    priced field; the name and the attention mask aside)."""
+    out = decoder_differences(made_for, model)
+    if made_for.vocab != model.vocab:
+        out.append(f"model.vocab={made_for.vocab} vs {model.vocab}")
     if (made_for.vision is None) != (model.vision is None):
         out.append(f"model.vision={'none' if made_for.vision is None else 'an encoder'} vs "
                    f"{'none' if model.vision is None else 'an encoder'}")
     elif made_for.vision is not None and model.vision is not None:
         out.extend(f"model.vision.{f}={getattr(made_for.vision, f)} vs {getattr(model.vision, f)}"
                    for f in _PRICED_VISION if getattr(made_for.vision, f) != getattr(model.vision, f))
-    if made_for.experts != model.experts:
-        out.append(f"model.experts={_experts_text(made_for.experts)} vs {_experts_text(model.experts)}")
     return out
 
 
@@ -264,5 +286,6 @@ def _experts_text(experts: ExpertShape | None) -> str:
     return ", ".join(f"{f.name} {getattr(experts, f.name)}" for f in fields(experts)).join("[]")
 
 
-__all__ = ["DEFAULT_VISION_WINDOW", "MODEL_TYPES", "RECIPE_MODEL_KEY", "ModelConfig", "ModelConfigError",
-           "describe_shape", "read_model_config", "recipe_model_config_path", "recipe_value", "shape_differences"]
+__all__ = ["DEFAULT_VISION_WINDOW", "MODEL_TYPES", "RECIPE_MODEL_KEY", "RECIPE_MODEL_KEYS", "ModelConfig",
+           "ModelConfigError", "decoder_differences", "describe_shape", "read_model_config", "recipe_model_config_path",
+           "recipe_model_folder", "recipe_value", "shape_differences"]

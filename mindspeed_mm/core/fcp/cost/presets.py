@@ -379,13 +379,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
             usable_memory_fraction=hw.usable_memory_fraction, peak_tflops=hw.peak_tflops[dtype],
             intra_node_bytes_per_s=hw.p2p_intra_bytes_per_s, inter_node_bytes_per_s=hw.inter_node_bytes_per_s),
-        model=ModelShape(
-            name=model, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
-            head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
-            vision=None if enc is None else VisionShape(
-                depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
-                spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch, mergers=enc.mergers),
-            experts=dec.experts),
+        model=table_model_shape(model, mp),
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
         time=time,
         memory=memory_figures(hw, mp, setup),
@@ -420,6 +414,18 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     )
     table.validate(source=f"preset {hardware}-{model}")
     return table
+
+def table_model_shape(name: str, mp: ModelPreset) -> ModelShape:
+    """The shape a table of the preset model `mp` records, named `name`."""
+    dec, enc = mp.decoder, mp.encoder
+    return ModelShape(
+        name=name, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
+        head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
+        vision=None if enc is None else VisionShape(
+            depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
+            spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch, mergers=enc.mergers),
+        experts=dec.experts)
+
 
 def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, layers: int, recompute: str,
                           vision_depth: int | None) -> TimeFigures:
