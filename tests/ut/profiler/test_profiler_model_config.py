@@ -60,6 +60,33 @@ def test_the_expert_mlp_is_transformers_sparse_moe_block() -> None:
     torch.testing.assert_close(torch.autograd.grad(got, x, grad)[0], torch.autograd.grad(expected[0], x, grad)[0])
 
 
+def test_the_expert_activation_estimate_is_below_what_the_per_expert_loop_keeps() -> None:
+    """`ExpertShape.activation_bytes` counts the grouped-GEMM path the presets price; transformers' training path
+    (a loop over the experts hit, as MindSpeed-MM's unfused `Qwen3VLMoeTextExperts`) keeps index tensors, a dense
+    [tokens, experts] weight matrix and its own copies beside them: measured here, 1.5-2x the estimate."""
+    from transformers import Qwen3VLMoeTextConfig
+    from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeTextSparseMoeBlock
+
+    from mindspeed_mm.core.fcp.profiler.memory import saved_tensor_bytes
+
+    torch.manual_seed(0)
+    block = Qwen3VLMoeTextSparseMoeBlock(Qwen3VLMoeTextConfig(hidden_size=128, num_experts=16, num_experts_per_tok=4,
+                                                              moe_intermediate_size=96)).to(torch.bfloat16)
+
+    def kept(tokens: int) -> int:
+        x = torch.randn(1, tokens, 128, dtype=torch.bfloat16, requires_grad=True)
+
+        def loss() -> torch.Tensor:
+            out = block(x)
+            return (out[0] if isinstance(out, tuple) else out).float().square().sum()
+
+        return saved_tensor_bytes(block, loss)
+
+    per_token = (kept(1024) - kept(256)) / 768
+    estimate = ExpertShape(experts=16, top_k=4, expert_ffn=96).activation_bytes(128)
+    assert 1.2 * estimate < per_token < 2.2 * estimate, (per_token, estimate)
+
+
 def test_profile_the_model_of_a_recipe_and_of_a_moe_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     # The dense tiny model where the tiny CPU recipe (examples/qwen3vl) names it, from the folder runs start in.

@@ -236,6 +236,9 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
     - Optimizer: Adam is memory-bound: it reads fp32 parameters, gradients and both moments and writes
       parameters and moments (28 bytes per parameter), plus the 16-bit parameter copy in mixed
       precision, over the rank's shard [zero][inferred].
+    - A mixture-of-experts model's round gathers every expert of every layer (`expert_terms`: 31B parameters for
+      Qwen3-VL-30B-A3B against 8.8B for the 8B), or with expert parallelism each rank's experts only, over the ranks
+      holding the same ones.
     Message latencies are left out: each layer's collective moves hundreds of MB for these models.
     """
     params = params_per_rank(model, setup)

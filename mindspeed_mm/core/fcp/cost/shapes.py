@@ -14,7 +14,9 @@ Pure arithmetic on a model shape; the presets turn these counts into times and b
   outputs (4 expert_ffn), the down projection's input (2 expert_ffn) and its output kept for the routing
   weight's gradient (2 h): 4 experts + top_k (4 h + 6 expert_ffn) [inferred, same accounting as above, for
   the grouped-GEMM path of MindSpeed-MM's `Qwen3VLNpuFusedMoETextExperts`: permute, two grouped GEMMs,
-  SwiGLU, unpermute weighted by the routing probabilities].
+  SwiGLU, unpermute weighted by the routing probabilities]. MindSpeed-MM's unfused path, a loop over the experts
+  as transformers' training path, keeps more (index tensors, a dense tokens x experts weight matrix): 1.6-1.9x
+  this on small shapes, measured with transformers' `Qwen3VLMoeTextSparseMoeBlock`.
 - vision blocks (LayerNorm, GELU MLP, MHA): 16 h_v + 4 mlp bytes per patch and block [inferred,
   same accounting: norm input 2h, q/k/v 6h, attention output 2h, residual + norm 4h, 2h spare for
   the MLP input, fc1 output and GELU output 2 mlp each].

@@ -38,6 +38,8 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.{p2p_ms,all_to_all_ms}.by_group_size` (optional): intra-node curves measured on groups of
   exactly that many ranks (keys "2", "3", ...); a group inside a node uses the curve of the listed
   size closest to its own instead of `intra`.
+- `model.experts` (optional): a mixture-of-experts decoder's router and experts of every layer (`experts`,
+  `top_k`, `expert_ffn`, `shared_expert_ffn`); absent for a dense one.
 - `expert_parallel` (optional, default 1): ranks a mixture-of-experts model's experts are split over
   (`model.experts`: the router and experts of every layer).
 - `memory.*`: bytes per rank (static, workspace) and activation bytes per LLM token.
