@@ -49,9 +49,10 @@ def presets_table(ranks: int) -> None:
     for name in PRESETS:
         shards = max(ranks, 256) if "235b" in name else ranks
         cost = CostModel(preset_table(name, shard_ranks=shards))
-        table, dec = cost.table, MODELS[name.split("-", 1)[1]].decoder
-        prov = table.provenance
-        active = prov.get("active_params_per_token", prov["total_params"] - MODELS[name.split("-", 1)[1]].encoder.params())
+        model = MODELS[name.split("-", 1)[1]]
+        table, dec, prov = cost.table, model.decoder, cost.table.provenance
+        # A dense decoder's every weight is active: all but the encoder's.
+        active = prov.get("active_params_per_token", prov["total_params"] - model.encoder.params())
         flops = dec.active_matmul_params() / (dec.heads * dec.head_dim)
         print(f"| {name} | {prov['total_params'] / 1e9:.2f} | {active / 1e9:.2f} | {flops / 1e3:.1f}K / "
               f"{_crossover(cost) / 1e3:.1f}K | {cost.capacity_tokens:,d} | {table.step.fsdp_round_ms:,.0f} | "

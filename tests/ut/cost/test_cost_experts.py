@@ -34,8 +34,9 @@ def test_parameters_are_those_of_transformers_qwen3vl_models() -> None:
     transformers = pytest.importorskip("transformers")
     for model, file in PUBLISHED.items():
         doc = json.loads((CONFIGS / file).read_text())
-        config_class = transformers.Qwen3VLMoeConfig if doc["model_type"] == "qwen3_vl_moe" else transformers.Qwen3VLConfig
-        model_class = (transformers.Qwen3VLMoeForConditionalGeneration if doc["model_type"] == "qwen3_vl_moe"
+        moe = doc["model_type"] == "qwen3_vl_moe"
+        config_class = transformers.Qwen3VLMoeConfig if moe else transformers.Qwen3VLConfig
+        model_class = (transformers.Qwen3VLMoeForConditionalGeneration if moe
                        else transformers.Qwen3VLForConditionalGeneration)
         hf_config = config_class(text_config=doc["text_config"], vision_config=doc["vision_config"],
                                  tie_word_embeddings=False)

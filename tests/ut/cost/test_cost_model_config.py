@@ -91,8 +91,8 @@ def test_the_recipe_names_the_model_folder(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ModelConfigError, match=r"model.init_from_hf_path='./elsewhere': no config.json at .*elsewhere"):
         recipe_model_config_path(recipe)
     recipe.write_text(yaml.safe_dump({"model": {"model_id": "qwen3_vl"}}))
-    with pytest.raises(ModelConfigError, match="model.init_from_hf_path or data.dataset_param.preprocess_parameters.model_name_or_path must "
-                                            "name the Hugging Face model folder"):
+    with pytest.raises(ModelConfigError, match="model.init_from_hf_path or data.dataset_param.preprocess_parameters."
+                                               "model_name_or_path must name the Hugging Face model folder"):
         recipe_model_config_path(recipe)
 
 

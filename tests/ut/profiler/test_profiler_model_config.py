@@ -93,7 +93,8 @@ def test_profile_the_model_of_a_recipe_and_of_a_moe_config(tmp_path: Path, monke
     dense_config = _save_config(tmp_path / "tiny" / "hf", moe=False)
     moe_config = _save_config(tmp_path / "tiny_moe", moe=True)
     monkeypatch.chdir(tmp_path)
-    for argv, config_path in ((["--recipe", str(TINY_RECIPE)], dense_config), (["--model-config", "tiny_moe"], moe_config)):
+    runs = ((["--recipe", str(TINY_RECIPE)], dense_config), (["--model-config", "tiny_moe"], moe_config))
+    for argv, config_path in runs:
         out = tmp_path / f"{config_path.parent.name}.json"
         assert main(["profile", *argv, "-o", str(out), *GRID]) == 0
         assert f"model shape    {config_path.resolve()}" in capsys.readouterr().out

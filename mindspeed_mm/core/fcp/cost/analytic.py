@@ -117,7 +117,8 @@ class Setup:
         return 4 if self.dtype == "fp32" else 2
 
 
-def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup, ranks_per_node: int | None = None) -> TimeFigures:
+def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup,
+                 ranks_per_node: int | None = None) -> TimeFigures:
     """Per-rank time figures of one stage (`ranks_per_node`: the node size, default the hardware's)."""
     dec, enc, tp = model.decoder, model.encoder, setup.tp
     elem = setup.element_bytes

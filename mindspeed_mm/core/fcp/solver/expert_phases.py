@@ -23,7 +23,10 @@ issued a layer ahead (prefetch): they bound how far blocks drift apart, the all-
 A group priced alone (`CostModel.group_time_ms`: what the planner's search compares) pays its experts and its
 exchange on its own tokens; `priced_with_expert_exchange` re-prices a plan's rounds so, and the planner, the
 static layouts it is weighed against and every baseline's plan are priced that way. Each group's predicted time
-becomes that of the slowest block holding one of its ranks, so a round still lasts its slowest group.
+becomes that of the slowest block holding one of its ranks, so a round still lasts its slowest group. The search
+itself compares groups priced alone, and skips static layouts by bounds of such prices: where the coupling makes a
+round cheaper than its slowest group alone (a long document's group beside lighter ones: its experts' work drops to
+the block's mean), a plan or a layout the coupled price would favour can be passed over.
 """
 from __future__ import annotations
 
