@@ -91,8 +91,8 @@ def check_cost_source(args: argparse.Namespace, table: ProfileTable | None, pres
             raise FCPOptionError(
                 f"--fcp-profile-table {args.fcp_profile_table!r} prices expert_parallel {table.expert_parallel}, but "
                 f"the run splits its experts over {EXPERT_PARALLEL_KEY}={expert_parallel} ranks "
-                f"(--fsdp2-config-path {getattr(args, 'fsdp2_config_path', None)}); profile with the run's setting "
-                "or use a preset")
+                f"(--fsdp2-config-path {getattr(args, 'fsdp2_config_path', None)}); `fcp profile` measures tables "
+                "without expert parallelism: use a preset, which prices the run's expert all-to-alls")
     if model is None:
         return False
     _check_experts_split(model, expert_parallel, args)
