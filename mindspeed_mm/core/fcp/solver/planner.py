@@ -163,9 +163,10 @@ def plan_batch(
 
         if phased or coupled:
             plan = reprice(plan)
-        if not config.allow_idle_ranks:
-            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor,
-                                               reprice=reprice if phased or coupled else None)
+            if not config.allow_idle_ranks:
+                plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=reprice)
+        elif not config.allow_idle_ranks:
+            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
