@@ -2,7 +2,8 @@
 # FCP against what MindSpeed-MM's Qwen3-VL users run today (upstream's sampler with one sample per micro-batch at
 # the default and at the tuned CP layout, upstream's dynamic batching by token budget), a tuned static layout and
 # Megatron-LM's hybrid CP and Huawei's HDP (as modelled in solver/hdp_baseline.py), on the measured H200 table and the A3 preset: 5 workloads, 3 seeds, 2 batches each of
-# 8 samples per rank. Writes benchmarks/results/user_baselines/<preset>_<ranks>.txt.
+# 8 samples per rank. Writes benchmarks/results/user_baselines/<preset>_<ranks>.txt. Qwen3-VL-30B-A3B (its state needs 16
+# A3 ranks): PRESETS=h200-qwen3vl-30b-a3b RANKS="8 64 256" and PRESETS=a3-qwen3vl-30b-a3b RANKS="16 64 256".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FCP=${FCP:-.venv/bin/fcp}

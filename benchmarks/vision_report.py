@@ -18,7 +18,8 @@ batches, 16 / 64 / 256 ranks, 3 seeds x 2 batches of 8 samples per rank. Cells: 
 FCP's, mean [min-max] over seeds (> 1: FCP faster); the last column, tuned static over the batches' lower bound
 (`solver/lower_bound.py`), is the most any plan could gain over it.
 
-    python benchmarks/vision_report.py [--preset a3-qwen3vl-8b] [--scales 16,64,256]
+    python benchmarks/vision_report.py [--preset a3-qwen3vl-8b | h200-qwen3vl-8b | a3-qwen3vl-30b-a3b | ...]
+                                       [--scales 16,64,256]
 """
 from __future__ import annotations
 

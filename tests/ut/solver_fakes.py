@@ -51,6 +51,7 @@ class FakeTable:
     inter_node_slowdown: float = 6.0
     launch_ms: float = 5.0
     per_rank_ms: float = 0.4
+    expert_parallel: int = 1   # a dense model: no expert-parallel blocks couple the groups
 
 
 class FakeCostModel:

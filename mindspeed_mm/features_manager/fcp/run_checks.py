@@ -56,7 +56,8 @@ def check_parallel_layout(args: argparse.Namespace) -> None:
             "step's rounds from the global batch itself, and dynamic batching would re-batch them; remove it")
 
 
-def _recipe(args: argparse.Namespace) -> tuple[str, Mapping[str, Any]] | None:
+def run_recipe(args: argparse.Namespace) -> tuple[str, Mapping[str, Any]] | None:
+    """(path, document) of the recipe the run reads its `model:` and `data:` sections from (None: none given)."""
     paths = {p for p in (_flag(args, "mm_model"), _flag(args, "mm_data")) if isinstance(p, str)}
     yaml_paths = sorted(p for p in paths if p.endswith((".yaml", ".yml")))
     if not yaml_paths:
@@ -82,7 +83,7 @@ def _lookup(recipe: Mapping[str, Any], dotted: str) -> Any:
 
 def check_recipe(args: argparse.Namespace) -> None:
     """The recipe's model, loss and dataset keys are ones FCP runs exactly."""
-    found = _recipe(args)
+    found = run_recipe(args)
     if found is None:
         return
     path, recipe = found
@@ -111,4 +112,4 @@ def check_supported_run(args: argparse.Namespace) -> None:
 
 
 __all__ = ["FCP_MODELS", "PACKING_KEYS", "SUPPORTED_LOSS", "check_parallel_layout", "check_recipe",
-           "check_supported_run"]
+           "check_supported_run", "run_recipe"]

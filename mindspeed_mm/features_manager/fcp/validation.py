@@ -9,6 +9,7 @@ from typing import Protocol
 from mindspeed_mm.core.fcp.cost import ProfileTable, ProfileTableError, list_presets
 from mindspeed_mm.core.fcp.cost.presets import MODELS, split_preset_name
 from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
+from mindspeed_mm.features_manager.fcp.cost_source import check_cost_source
 from mindspeed_mm.features_manager.fcp.run_checks import check_supported_run
 
 from mindspeed_mm_fcp.parallel_layout import check_static_layout, fcp_ranks
@@ -35,9 +36,13 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
     _check_attention_kernel(args)
     table = _load_cost_source(args)
     if table is not None:
-        _check_table_matches_model(table, args)
-    else:
-        _check_preset_matches_model(args.fcp_preset, args)
+        _check_table_parallel_sizes(table, args)
+    # The model the run trains is its config.json's (`cost_source`); without one, Megatron's arguments tell.
+    if not check_cost_source(args, table, args.fcp_preset):
+        if table is not None:
+            _check_table_matches_model(table, args)
+        else:
+            _check_preset_matches_model(args.fcp_preset, args)
     ranks = fcp_ranks(args)
     if args.fcp_max_degree is not None and args.fcp_max_degree > ranks:
         raise FCPArgumentError(
@@ -131,6 +136,9 @@ def _check_table_matches_model(table: ProfileTable, args: argparse.Namespace) ->
         raise FCPArgumentError(
             f"--fcp-profile-table {args.fcp_profile_table!r} was measured for another model: "
             f"{', '.join(mismatches)}; profile this model with `fcp profile`")
+
+
+def _check_table_parallel_sizes(table: ProfileTable, args: argparse.Namespace) -> None:
     for field_name, flag in (("tp", "--tensor-model-parallel-size"), ("pp", "--pipeline-model-parallel-size")):
         value = getattr(args, flag[2:].replace("-", "_"), None)
         if value is not None and getattr(table, field_name) != value:

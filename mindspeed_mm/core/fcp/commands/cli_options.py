@@ -37,11 +37,15 @@ def name_list(text: str) -> tuple[str, ...]:
 
 
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    """--preset / --profile and --max-tokens-per-rank."""
+    """--preset / --profile, --max-tokens-per-rank and --expert-parallel."""
     source = parser.add_mutually_exclusive_group()
     add_cli_argument(source, "fcp_preset", help_note=f"Default: {DEFAULT_PRESET}.")
     add_cli_argument(source, "fcp_profile_table", convert=Path, metavar="FILE")
     add_cli_argument(parser, "fcp_max_tokens_per_rank", metavar="TOKENS")
+    parser.add_argument("--expert-parallel", type=positive_int, default=1, metavar="EP",
+                        help="ranks a mixture-of-experts model's experts are split over (MindSpeed-MM's FSDP2 "
+                        "expert_parallel_size; default 1): each block of EP ranks exchanges the routed tokens of "
+                        "every layer, which couples the groups of a round")
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,19 +67,21 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
     FSDP / distributed-optimizer group), so its memory limit is that of the real cluster."""
     options = cli_options(args)
     ranks = getattr(args, "ranks", None)
+    expert_parallel = getattr(args, "expert_parallel", 1)
     if options.profile_table is not None:
         try:
-            return options.cost_model(num_ranks=None)
+            return options.cost_model(num_ranks=None, expert_parallel=expert_parallel)
         except (ValueError, KeyError) as err:
             raise ValueError(f"--profile {args.profile}: {err}") from None
     preset = options.preset
     try:
-        return options.cost_model(num_ranks=ranks)
+        return options.cost_model(num_ranks=ranks, expert_parallel=expert_parallel)
     except ModelDoesNotFitError as err:
         raise ValueError(f"--preset {preset} on --ranks {ranks}: {err} (the preset shards the state over "
                          f"--ranks: raise --ranks or pick a smaller model)") from None
     except (ValueError, KeyError) as err:
-        raise ValueError(f"--preset {preset}: {err}") from None
+        raise ValueError(f"--preset {preset}{'' if expert_parallel == 1 else f' --expert-parallel {expert_parallel}'}: "
+                         f"{err}") from None
 
 
 def add_step_semantics_argument(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,6 +10,14 @@ from typing import TYPE_CHECKING
 
 from mindspeed_mm.core.fcp.atomic_io import atomic_write_text
 from mindspeed_mm.core.fcp.commands.cli_options import positive_int
+from mindspeed_mm.core.fcp.cost.model_config import (
+    DEFAULT_VISION_WINDOW,
+    RECIPE_MODEL_KEY,
+    ModelConfig,
+    read_model_config,
+    recipe_model_config_path,
+    recipe_vision_window,
+)
 from mindspeed_mm.core.fcp.cost.presets import MODELS
 from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ProfileTable
 from mindspeed_mm.core.fcp.profiler.profile_config import (
@@ -64,10 +73,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     target.add_argument("--check-table", type=Path, metavar="FILE",
                         help="validate an existing table instead of profiling (its load may differ from now)")
     shape = parser.add_mutually_exclusive_group()
-    shape.add_argument("--model", choices=sorted(MODELS), help="decoder and vision encoder shape (default tiny)")
+    shape.add_argument("--model", choices=sorted(MODELS),
+                       help="decoder and vision encoder shape of a preset model (default tiny)")
+    shape.add_argument("--model-config", type=Path, metavar="CONFIG",
+                       help="the shape of the Hugging Face Qwen3-VL config.json (or its model folder) the run trains, "
+                       "any size, dense (qwen3_vl) or mixture of experts (qwen3_vl_moe); named in the table's "
+                       "provenance")
     shape.add_argument("--recipe", type=Path, metavar="YAML",
-                       help="profile the Qwen3-VL a MindSpeed-MM recipe trains: its shape from the Hugging Face "
-                       "folder of model.init_from_hf_path, the vision window from the recipe's largest frame")
+                       help=f"the MindSpeed-MM recipe of the run: the shape of the config.json in its "
+                       f"{RECIPE_MODEL_KEY} folder (relative paths from the current folder, as "
+                       "pretrain_transformers.py reads them)")
+    parser.add_argument("--vision-window", type=positive_int, metavar="PATCHES",
+                        help="patches of one vision attention sequence (a frame group of the videos the run trains "
+                        "on) for --model-config / --recipe (default: the largest frame a --recipe's data keeps, "
+                        f"else {DEFAULT_VISION_WINDOW}, a 720p frame group); a preset model has its own")
     parser.add_argument("--no-vision", action="store_true",
                         help="profile the decoder only (a text-only table: model.vision null, vision figures 0)")
     parser.add_argument("--vision-frame-groups", type=size_list, default=DEFAULT_VISION_FRAME_GROUPS, metavar="G,G,...",
@@ -126,22 +145,34 @@ def _csv(values: tuple[int, ...]) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _shapes(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """(decoder, encoder) to profile: the recipe's model, else the named preset's (tiny by default)."""
-    if args.recipe is not None:
-        from mindspeed_mm.core.fcp.profiler.recipe_model import read_recipe_model
-
-        model = read_recipe_model(args.recipe)
-        return model.decoder, model.encoder
-    name = args.model or "tiny"
-    return model_shape(name), encoder_shape(name)
+def _model_config(args: argparse.Namespace) -> ModelConfig | None:
+    """The model config named by --model-config or --recipe (None: a preset model)."""
+    if args.vision_window is not None and args.model_config is None and args.recipe is None:
+        raise ValueError("--vision-window sets the window of a shape read with --model-config or --recipe; a preset "
+                         "model (--model) has its own")
+    window = args.vision_window or DEFAULT_VISION_WINDOW
+    if args.model_config is not None:
+        return read_model_config(args.model_config, vision_window=window)
+    if args.recipe is None:
+        return None
+    config = read_model_config(recipe_model_config_path(args.recipe), vision_window=window)
+    if args.vision_window is not None:
+        return config
+    # The window of the largest frame the recipe's data keeps, where it says.
+    recipe_window = recipe_vision_window(args.recipe, config.encoder.patch_size, config.encoder.spatial_merge)
+    return config if recipe_window is None else read_model_config(config.path, vision_window=recipe_window)
 
 
 def _config(args: argparse.Namespace) -> ProfileConfig:
     sweeps, repeats = _VALIDATING if args.validate and args.check_table is None else _PROFILE_ONLY
-    decoder, encoder = _shapes(args)
+    source = _model_config(args)
+    if source is None:
+        name = args.model or "tiny"
+        model, encoder = model_shape(name), encoder_shape(name)
+    else:
+        model, encoder = dataclasses.replace(source.model_shape(), vision=None), source.encoder
     return ProfileConfig(
-        model=decoder, encoder=None if args.no_vision else encoder,
+        model=model, encoder=None if args.no_vision else encoder, model_config=source, recipe=args.recipe,
         vision_frame_groups=args.vision_frame_groups, dtype=args.dtype, device=args.device,
         backend=args.backend or DEFAULT_BACKEND[args.device], world_size=args.world_size,
         ranks_per_node=args.ranks_per_node, attention_lengths=args.attention_lengths,
@@ -167,9 +198,12 @@ def _summary(result: ProfileResult, path: Path) -> list[str]:
     t = result.table
     tm, prov = t.time, t.provenance
     causal = ", ".join(f"{int(x)}:{y:.3g}" for x, y in zip(tm.attention_causal_ms.x, tm.attention_causal_ms.y))
+    shape_source = prov.get("model_shape_source", {})
     return [
         f"profile table  {path} ({t.model.name} on {prov.get('device_name')}, {t.dtype}, "
         f"{prov['measurement']['clock']} clock)",
+        f"model shape    {shape_source['path']} ({shape_source['model_type']})" if "path" in shape_source
+        else f"model shape    preset {t.model.name}",
         f"profiling took {prov['profile_seconds']:.0f} s, load average {_load(prov.get('load_average_before'))} -> "
         f"{_load(prov.get('load_average'))}",
         f"attention causal per layer and document (tokens:ms)  {causal}",

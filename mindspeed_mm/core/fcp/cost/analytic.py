@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindspeed_mm.core.fcp.cost.expert_terms import (
+    exchange_grid, fsdp_gathered_params, gathered_layer_params, routed_expert_ms_per_token, routed_params_per_token,
+)
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
 from mindspeed_mm.core.fcp.cost.table import MemoryFigures, StepFigures, TimeFigures
@@ -88,6 +91,8 @@ class ModelPreset:
     """Default activation recompute of the recipe."""
     sources: str
     """Source keys of the shape."""
+    shard_ranks: int | None = None
+    """Ranks the recipe shards the training state over by default (None: one node)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ class Setup:
     """Parameter / gradient / optimizer state keeping: one of SHARDING_MODES."""
     shard_ranks: int
     """Ranks the state is sharded over."""
+    expert_parallel: int = 1
+    """Ranks a mixture-of-experts model's experts are split over (`expert_terms`)."""
 
     @property
     def element_bytes(self) -> int:
@@ -113,17 +120,22 @@ class Setup:
         return 4 if self.dtype == "fp32" else 2
 
 
-def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> TimeFigures:
-    """Per-rank time figures of one stage."""
+def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup,
+                 ranks_per_node: int | None = None) -> TimeFigures:
+    """Per-rank time figures of one stage (`ranks_per_node`: the node size, default the hardware's)."""
     dec, enc, tp = model.decoder, model.encoder, setup.tp
     elem = setup.element_bytes
     peak = hw.peak_tflops[setup.dtype]
     lin_rate = peak * 1e12 * hw.linear_efficiency
     fwd_bwd = 1 + LINEAR_BACKWARD_RATIO
 
-    layer_flops = 2.0 * dec.layer_matmul_params() / tp
-    elementwise_bytes = (12 * dec.hidden + 4 * dec.ffn) * elem / tp   # norms, SwiGLU, residuals [inferred]
-    linear_ms = 1e3 * fwd_bwd * (layer_flops / lin_rate + elementwise_bytes / hw.memory_bytes_per_s)
+    # The routed experts of a mixture-of-experts layer are priced apart (`expert_terms`); the router and a shared
+    # expert run on every token like the dense parts.
+    layer_flops = 2.0 * (dec.active_matmul_params() - routed_params_per_token(dec)) / tp
+    mlp_width = dec.ffn if dec.experts is None else dec.experts.shared_expert_ffn
+    elementwise_bytes = (12 * dec.hidden + 4 * mlp_width) * elem / tp   # norms, SwiGLU, residuals [inferred]
+    expert_ms = routed_expert_ms_per_token(hw, dec, setup, fwd_bwd)
+    linear_ms = 1e3 * fwd_bwd * (layer_flops / lin_rate + elementwise_bytes / hw.memory_bytes_per_s) + expert_ms
     if tp > 1:
         # Sequence parallelism: 2 all-gathers + 2 reduce-scatters of h per token forward, the
         # same backward, not overlapped.
@@ -158,6 +170,9 @@ def time_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> TimeFi
         p2p_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
         all_to_all_intra_ms=_comm_grid(hw.a2a_intra_bytes_per_s * hw.a2a_efficiency, hw.a2a_latency_ms),
         all_to_all_inter_ms=_comm_grid(hw.inter_node_bytes_per_s * hw.inter_efficiency, hw.inter_latency_ms),
+        expert_ms_per_token=expert_ms,
+        expert_exchange_ms=exchange_grid(hw, dec, setup, hw.ranks_per_node if ranks_per_node is None
+                                         else ranks_per_node),
     )
 
 
@@ -204,7 +219,7 @@ def memory_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> Memo
     gathered = 0.0
     if setup.sharding == "fsdp":
         # Two layers gathered at once (current + prefetch): parameters and unsharded gradients.
-        gathered = 2 * 2 * dec.layer_params() / tp * elem
+        gathered = 2 * 2 * gathered_layer_params(dec, setup.expert_parallel) / tp * elem
     static = params_per_rank(model, setup) * _bytes_per_param(setup)
     return MemoryFigures(static_bytes=float(static), workspace_bytes=float(hw.runtime_bytes + gathered),
                          activation_bytes_per_token=float(activation),
@@ -226,6 +241,9 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
     - Optimizer: Adam is memory-bound: it reads fp32 parameters, gradients and both moments and writes
       parameters and moments (28 bytes per parameter), plus the 16-bit parameter copy in mixed
       precision, over the rank's shard [zero][inferred].
+    - A mixture-of-experts model's round gathers every expert of every layer (`expert_terms`: 31B parameters for
+      Qwen3-VL-30B-A3B against 8.8B for the 8B), or with expert parallelism each rank's experts only, over the ranks
+      holding the same ones.
     Message latencies are left out: each layer's collective moves hundreds of MB for these models.
     """
     params = params_per_rank(model, setup)
@@ -235,16 +253,16 @@ def step_figures(hw: HardwarePreset, model: ModelPreset, setup: Setup) -> StepFi
            else hw.p2p_intra_bytes_per_s * hw.p2p_efficiency)
     share = (ranks - 1) / ranks
 
-    def gather_ms(total_bytes: float) -> float:
-        return 1e3 * total_bytes * share / bus
-
     elem = setup.element_bytes
     optimizer_bytes = 28.0 + (elem if elem != 4 else 0)
     shards = 1 if setup.sharding == "none" else ranks
+    # An FSDP round moves (2 elem + 4) bytes per parameter it gathers (`expert_terms`: experts split over ranks
+    # are gathered over the ranks holding the same experts only).
+    gathered = fsdp_gathered_params(model, setup, params)
     return StepFigures(
         optimizer_ms=1e3 * optimizer_bytes * params / shards / hw.memory_bytes_per_s,
-        fsdp_round_ms=gather_ms(2 * elem * params) + gather_ms(4 * params),
-        replica_reduction_ms=2 * gather_ms(4 * params),
+        fsdp_round_ms=1e3 * (2 * elem + 4) * gathered / bus,
+        replica_reduction_ms=2 * 1e3 * 4 * params * share / bus,
     )
 
 

@@ -30,29 +30,36 @@ def frozen_vision_table(table: ProfileTable) -> ProfileTable:
 
 def build_cost_model(*, preset: str | None, profile_table: str | Path | None, max_tokens_per_rank: int | None,
                      algos: Sequence[str] = ALGOS, shard_ranks: int | None = None, ranks_per_node: int | None = None,
-                     tp: int = 1, pp: int = 1, vision_frozen: bool = False) -> CostModel:
+                     tp: int = 1, pp: int = 1, vision_frozen: bool = False, expert_parallel: int = 1) -> CostModel:
     """The cost model of a measured `profile_table`, else of `preset`.
 
     A preset shards parameters, gradients and optimizer state over the run's `shard_ranks` (its FSDP /
     distributed-optimizer group; None: the preset's default, one node), so its memory limit is that of the real
     run, at tensor / pipeline sizes `tp` / `pp`. `ranks_per_node` replaces the node size of either source.
     `max_tokens_per_rank` can only lower the memory limit. `vision_frozen`: the run does not train the vision
-    tower (`frozen_vision_table`)."""
+    tower (`frozen_vision_table`). `expert_parallel`: ranks the run splits a mixture-of-experts model's experts over
+    (a preset is built so; a measured table must have been measured so)."""
     if profile_table is not None:
         table = ProfileTable.load(profile_table)
+        if table.expert_parallel != expert_parallel:
+            raise ValueError(f"profile table {profile_table} prices expert_parallel {table.expert_parallel}, the run "
+                             f"splits its experts over {expert_parallel} ranks")
         if ranks_per_node is not None:
             table = dataclasses.replace(table, hardware=dataclasses.replace(table.hardware, ranks_per_node=ranks_per_node))
     elif preset is None:
         raise ValueError("a cost model needs a preset or a profile table")
     else:
-        table = preset_table(preset, **_preset_options(shard_ranks, ranks_per_node, tp, pp))
+        table = preset_table(preset, **_preset_options(shard_ranks, ranks_per_node, tp, pp, expert_parallel))
     if vision_frozen:
         table = frozen_vision_table(table)
     return CostModel(table, max_tokens_per_rank=max_tokens_per_rank, algos=algos)
 
 
-def _preset_options(shard_ranks: int | None, ranks_per_node: int | None, tp: int, pp: int) -> dict[str, int]:
+def _preset_options(shard_ranks: int | None, ranks_per_node: int | None, tp: int, pp: int,
+                    expert_parallel: int) -> dict[str, int]:
     options: dict[str, int] = {}
+    if expert_parallel != 1:
+        options["expert_parallel"] = expert_parallel
     if shard_ranks is not None:
         options["shard_ranks"] = shard_ranks
     if ranks_per_node is not None:

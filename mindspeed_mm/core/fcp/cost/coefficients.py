@@ -18,6 +18,10 @@ Assumptions (all stated here once):
 - Ulysses runs whole documents with heads / d heads per rank. Kernels do not always get d times
   faster on d times fewer heads; a table with per-degree Ulysses grids gives each degree its own
   fit, else the attention of the full heads is divided by d.
+- Expert parallelism (a mixture-of-experts table with `expert_parallel` > 1): each layer's dispatch and combine
+  all-to-alls move the routed copies of the rank's own tokens (`time.expert_exchange_ms` vs tokens per rank),
+  their forward pair once more under full recompute. A group priced alone pays them and its experts' work on its
+  own tokens; a round's coupling of the groups by these all-to-alls is priced by `solver.expert_phases`.
 - A causal ring's off-diagonal steps compute a rectangle per document (its shard's tokens against
   half as many keys). Kernels that skip masked work make that cost A(s) like the diagonal step; a
   table with an `off_diagonal` grid gives its own fit B(s) = alpha' s^2 + beta' s + gamma'.
@@ -74,6 +78,12 @@ class StageCoefficients:
     """One call of the encoder vs the patches of the rank (the table's `vision_ms`); None: the two above."""
     vision_scale: float
     """Recompute factor of the encoder's work, applied to `vision_curve`."""
+    expert_exchange: Grid | None
+    """One layer's expert-parallel all-to-alls vs tokens per rank (the table's `expert_exchange_ms`); None: none."""
+    expert_exchange_scale: float
+    """Layers of the stage times the recompute factor of the all-to-alls (a recomputed forward repeats its pair)."""
+    expert_ms_per_token: float
+    """The routed experts' share of one layer's non-attention work per token (the table's `expert_ms_per_token`)."""
     launch_ms: float
     """Fixed cost of one round of a group."""
     off_diagonal: tuple[float, float, float]
@@ -95,11 +105,24 @@ class StageCoefficients:
         """The stage's non-attention work, the output layer and the vision encoder on one rank of a group
         sharing `tokens` and `patches` evenly (`inv_degree` = 1 / degree)."""
         vision = self.vision_ms(inv_degree * patches)
+        if self.expert_exchange is not None:
+            vision = vision + self.expert_exchange_scale * self.expert_exchange(inv_degree * tokens)
         if self.layer_linear is None:
             return inv_degree * (self.per_token_ms * tokens) + vision
         per_rank = inv_degree * tokens
         return (self.layer_linear_scale * self.layer_linear(per_rank) + self.output_ms_per_token * per_rank
                 + vision)
+
+    def routed_expert_ms(self, tokens_on_rank: np.ndarray) -> np.ndarray:
+        """The stage's routed-expert work (with recompute) on `tokens_on_rank` tokens' routed copies."""
+        return self.layer_linear_scale * self.expert_ms_per_token * np.asarray(tokens_on_rank, dtype=np.float64)
+
+    def expert_exchange_ms(self, tokens_on_rank: np.ndarray) -> np.ndarray:
+        """The stage's expert-parallel all-to-alls of a rank holding `tokens_on_rank` tokens (0 without them)."""
+        tokens = np.asarray(tokens_on_rank, dtype=np.float64)
+        if self.expert_exchange is None:
+            return np.zeros_like(tokens)
+        return self.expert_exchange_scale * self.expert_exchange(tokens)
 
     def vision_ms(self, patches_on_rank: np.ndarray) -> np.ndarray:
         """One call of the vision encoder on a rank encoding `patches_on_rank` patches (0: no call)."""
@@ -139,6 +162,10 @@ class StageCoefficients:
             vision_call_ms=tm.vision_ms_per_call * linear_scale,
             vision_curve=tm.vision_ms,
             vision_scale=linear_scale,
+            expert_exchange=tm.expert_exchange_ms,
+            # Of an exchange's four all-to-alls, the forward two run again in a recomputed forward pass.
+            expert_exchange_scale=layers * (1.0 + 0.5 * (passes - 1)),
+            expert_ms_per_token=tm.expert_ms_per_token,
             launch_ms=tm.launch_ms,
             off_diagonal=(layers * block[0], layers * block[1], layers * block[2]),
             comm_overlap=tm.comm_overlap,

@@ -29,7 +29,7 @@ from mindspeed_mm.core.fcp.cost.analytic import (
 )
 from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.measured_compute import MeasuredCompute, load_h200_qwen3vl8b, quadratic_grid
-from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape
+from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape, ExpertShape
 from mindspeed_mm.core.fcp.cost.term_provenance import preset_term_provenance
 from mindspeed_mm.core.fcp.cost.table import (
     RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, ModelShape, ProfileTable, TimeFigures, VisionShape,
@@ -37,7 +37,25 @@ from mindspeed_mm.core.fcp.cost.table import (
 
 SOURCES = {
     "MM8": "Ascend/MindSpeed-MM examples/mindspore/qwen3vl/model_8B.json (commit 57069cd5)",
+    "MM30": "Ascend/MindSpeed-MM examples/mindspore/qwen3vl/model_30B.json (commit 57069cd5: 128 experts, top-8, "
+            "moe_intermediate_size 768, full recompute)",
     "MMy": "Ascend/MindSpeed-MM examples/qwen3vl/qwen3vl_full_sft_8B.yaml",
+    "MMy-all": "Ascend/MindSpeed-MM examples/qwen3vl/qwen3vl_full_sft_{32B,30B,235B}.yaml (commit 57069cd5: FSDP2, "
+               "model_id qwen3_vl_moe for 30B and 235B, text_decoder num_layers 64 / 48 / 94; 32B on 16 ranks, "
+               "235B on 16 A3 nodes)",
+    "Q32hf": "official Qwen/Qwen3-VL-32B-Instruct config.json (a code-corpus copy, find_string id 57421871688: text "
+             "64 layers, hidden 5120, 64 / 8 heads of 128, intermediate 25600; vision out_hidden_size 5120)",
+    "Q30hf": "official Qwen/Qwen3-VL-30B-A3B-Instruct config.json at commit 1fc78ad (a code-corpus transcription, "
+             "find_string id 62478544309: 48 layers, hidden 2048, 32 / 4 heads of 128, 128 experts, top-8, "
+             "moe_intermediate_size 768, mlp_only_layers [], decoder_sparse_step 1, no shared expert)",
+    "Q235hf": "official Qwen/Qwen3-VL-235B-A22B-Instruct config.json (quoted by a code-corpus architecture note, "
+              "find_string id 66750245330: 94 layers, hidden 4096, 64 / 4 heads of 128, 128 experts, top-8, "
+              "moe_intermediate_size 1536, no shared expert; vision out_hidden_size 4096)",
+    "mzoo": "yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (Qwen3-235B-A22B on 256 H100: 200-276 "
+            "model TFLOP/s per GPU)",
+    "msmm-ep": "Ascend/MindSpeed-MM mindspeed_mm/models/transformers/base_model.py (create_ep_device_mesh, "
+               "_init_ep_model: experts split over an [ep_replicate, ep] mesh, FSDP over ep_replicate) and "
+               "models/common/fused_moe.py (dispatch and combine all-to-alls)",
     "Q2": "official Qwen3-VL-2B config.json",
     "Q4": "official Qwen3-VL-4B config.json (unsloth/Qwen3-VL-4B-Instruct copy)",
     "Q8hf": "Qwen3-VL-8B derivative config.json (tie_word_embeddings false)",
@@ -235,6 +253,26 @@ MODELS: dict[str, ModelPreset] = {
         DecoderShape(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=12288, vocab=151936,
                      tied_embeddings=False, qkv_bias=False, qk_norm=True),
         _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "MM8, MMy, Q8hf, workloads"),
+    "qwen3vl-32b": ModelPreset(
+        DecoderShape(layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, ffn=25600, vocab=151936,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=True),
+        # Upstream's recipe runs 16 ranks [MMy-all]: an 8-device node cannot hold its state.
+        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=5120), "full", "Q32hf, MMy-all, MM8, workloads",
+        shard_ranks=16),
+    # Every layer is a mixture of experts (mlp_only_layers [], decoder_sparse_step 1); `ffn` is the config's dense
+    # intermediate_size, which no layer uses. Full recompute as MindSpeed-MM's 30B model file [MM30].
+    "qwen3vl-30b-a3b": ModelPreset(
+        DecoderShape(layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=6144, vocab=151936,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=True,
+                     experts=ExpertShape(experts=128, top_k=8, expert_ffn=768)),
+        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=2048), "full", "Q30hf, MM30, MMy-all, workloads"),
+    "qwen3vl-235b-a22b": ModelPreset(
+        DecoderShape(layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128, ffn=12288, vocab=151936,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=True,
+                     experts=ExpertShape(experts=128, top_k=8, expert_ffn=1536)),
+        # Upstream's recipe runs 16 A3 nodes (256 dies) [MMy-all]: one node cannot hold its state.
+        _qwen3vl_vit(depth=27, hidden=1152, mlp=4304, out_hidden=4096), "full", "Q235hf, MM30, MMy-all, workloads",
+        shard_ranks=256),
     # Project-defined model for CPU tests and demos.
     "tiny": ModelPreset(
         DecoderShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=512,
@@ -249,14 +287,18 @@ MODELS: dict[str, ModelPreset] = {
 # Memory accounting (activations, bytes per parameter) follows these for every preset.
 _MEMORY_SOURCES = "kor, megmem, zero"
 _STEP_SOURCES = "nccl-perf, fsdp2, msmm-fsdp2, megmem, zero, inferred"
+_EXPERT_SOURCES = "mzoo, meg, msmm-ep, inferred"
 _ACCELERATORS = ("a3", "910b", "h100", "h200")
-_REAL_MODELS = ("qwen3vl-2b", "qwen3vl-4b", "qwen3vl-8b")
-"""The models FCP trains (MindSpeed-MM's Qwen3-VL); the CPU runs `tiny`."""
+_REAL_MODELS = {"qwen3vl-2b": _ACCELERATORS, "qwen3vl-4b": _ACCELERATORS, "qwen3vl-8b": _ACCELERATORS,
+                "qwen3vl-32b": _ACCELERATORS, "qwen3vl-30b-a3b": ("a3", "h200"), "qwen3vl-235b-a22b": ("a3", "h200")}
+"""The models FCP trains (MindSpeed-MM's Qwen3-VL on `pretrain_transformers.py`) and the accelerators each is
+listed for; the CPU runs `tiny`."""
 
 
 def list_presets() -> list[str]:
     """Names `<hardware>-<model>` of the presets that make sense (the CPU only runs `tiny`)."""
-    return [f"{hw}-{m}" for hw in _ACCELERATORS for m in _REAL_MODELS] + ["cpu-tiny"]
+    return [f"{hw}-{m}" for hw in _ACCELERATORS for m, accelerators in _REAL_MODELS.items()
+            if hw in accelerators] + ["cpu-tiny"]
 
 
 def split_preset_name(name: str) -> tuple[str, str]:
@@ -277,23 +319,28 @@ def preset_table(name: str, **options: Any) -> ProfileTable:
 def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtype: str | None = None,
                        recompute: str | None = None, sharding: str = "fsdp",
                        shard_ranks: int | None = None, ranks_per_node: int | None = None,
-                       host_floors: tuple[float, ...] | None = None) -> ProfileTable:
+                       host_floors: tuple[float, ...] | None = None, expert_parallel: int = 1,
+                       model_preset: ModelPreset | None = None) -> ProfileTable:
     """An analytic profile table for `hardware` x `model`.
 
     tp / pp: fixed tensor / pipeline sizes; dtype: default the hardware's first (bf16 on
     accelerators, fp32 on the CPU); recompute: `none` or `full` (default: the model recipe's);
     sharding: how parameters, gradients and Adam state are kept (`none` = plain DDP,
     `distributed_optimizer` = Megatron, `fsdp` = full shard, as MindSpeed-MM's Qwen3-VL recipes
-    [MMy]); shard_ranks: ranks the state is sharded over (default: one node); ranks_per_node:
+    [MMy]); shard_ranks: ranks the state is sharded over (default: the model recipe's, else one node); ranks_per_node:
     override of the hardware's node size; host_floors: (attention call ms, layer ms[, vision block ms])
     replacing the hardware's host-side floors (`HOST_ATTENTION_CALL_MS`, `HOST_LAYER_MS`,
-    `HOST_VISION_BLOCK_MS`), e.g. measured on the target.
+    `HOST_VISION_BLOCK_MS`), e.g. measured on the target;
+    expert_parallel: ranks a mixture-of-experts model's experts are split over (MindSpeed-MM's FSDP2
+    `expert_parallel_size`; 1, its default, runs every expert on every rank: `expert_terms`);
+    model_preset: the shape to build for, named `model` (e.g. read from a model's config.json), instead of
+    MODELS[model].
     """
     if hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; valid: {sorted(HARDWARE)}")
-    if model not in MODELS:
+    if model_preset is None and model not in MODELS:
         raise ValueError(f"unknown model {model!r}; valid: {sorted(MODELS)}")
-    hw, mp = HARDWARE[hardware], MODELS[model]
+    hw, mp = HARDWARE[hardware], MODELS[model] if model_preset is None else model_preset
     if host_floors is not None:
         if len(host_floors) not in (2, 3) or not all(isinstance(x, (int, float)) and x >= 0 for x in host_floors):
             raise ValueError(f"host_floors must be two or three times >= 0 (attention call ms, layer ms[, vision "
@@ -311,21 +358,28 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
     if sharding not in SHARDING_MODES:
         raise ValueError(f"sharding must be one of {list(SHARDING_MODES)}, got {sharding!r}")
     node = ranks_per_node if ranks_per_node is not None else hw.ranks_per_node
-    shards = shard_ranks if shard_ranks is not None else node
-    for option, value in (("tp", tp), ("pp", pp), ("ranks_per_node", node), ("shard_ranks", shards)):
+    shards = shard_ranks if shard_ranks is not None else mp.shard_ranks if mp.shard_ranks is not None else node
+    for option, value in (("tp", tp), ("pp", pp), ("ranks_per_node", node), ("shard_ranks", shards),
+                          ("expert_parallel", expert_parallel)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{option} must be a positive int, got {value!r}")
     dec = mp.decoder
+    if expert_parallel > 1 and dec.experts is None:
+        raise ValueError(f"expert_parallel={expert_parallel}: {model} has no experts to split")
+    if dec.experts is not None and (dec.experts.experts % expert_parallel or shards % expert_parallel):
+        raise ValueError(f"expert_parallel={expert_parallel} must divide the experts ({dec.experts.experts}) of "
+                         f"{model} and the shard_ranks ({shards}) they are split over")
     if dec.heads % tp or dec.kv_heads % tp:
         raise ValueError(f"tp={tp} must divide the heads ({dec.heads}) and kv heads ({dec.kv_heads}) of {model}")
     if dec.layers % pp:
         raise ValueError(f"pp={pp} must divide the layers ({dec.layers}) of {model}")
 
-    setup = Setup(tp=tp, pp=pp, dtype=dtype, recompute=recompute, sharding=sharding, shard_ranks=shards)
+    setup = Setup(tp=tp, pp=pp, dtype=dtype, recompute=recompute, sharding=sharding, shard_ranks=shards,
+                  expert_parallel=expert_parallel)
     enc = mp.encoder
-    time = time_figures(hw, mp, setup)
+    time = time_figures(hw, mp, setup, ranks_per_node=node)
     measured_provenance: dict[str, Any] = {}
-    loader = MEASURED_COMPUTE.get((hardware, model))
+    loader = MEASURED_COMPUTE.get((hardware, model)) if model_preset is None else None
     if loader is not None and tp == MEASURED_TP and dtype == "bf16" and host_floors is None:
         file_name, _, measured = loader()
         time = measured_time_figures(time, measured, layers=dec.layers // pp, recompute=recompute,
@@ -337,12 +391,7 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             name=hardware, device=hw.device, ranks_per_node=node, memory_bytes=hw.memory_bytes,
             usable_memory_fraction=hw.usable_memory_fraction, peak_tflops=hw.peak_tflops[dtype],
             intra_node_bytes_per_s=hw.p2p_intra_bytes_per_s, inter_node_bytes_per_s=hw.inter_node_bytes_per_s),
-        model=ModelShape(
-            name=model, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
-            head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
-            vision=None if enc is None else VisionShape(
-                depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
-                spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch, mergers=enc.mergers)),
+        model=table_model_shape(model, mp),
         dtype=dtype, tp=tp, pp=pp, recompute=recompute,
         time=time,
         memory=memory_figures(hw, mp, setup),
@@ -356,14 +405,18 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             "memory_sources": _MEMORY_SOURCES,
             "step_sources": _STEP_SOURCES,
             "options": {"sharding": sharding, "shard_ranks": shards,
-                        **({} if host_floors is None else {"host_floors": list(host_floors)})},
+                        **({} if host_floors is None else {"host_floors": list(host_floors)}),
+                        **({} if dec.experts is None else {"expert_parallel": expert_parallel})},
+            "total_params": _total_params(mp),
+            **({} if dec.experts is None else {"expert_sources": _EXPERT_SOURCES,
+                                              "active_params_per_token": _active_params(mp)}),
             **measured_provenance,
             "terms": preset_term_provenance(
                 hardware, hw.sources, host_floors=host_floors,
                 measured_file=measured_provenance["measured_compute"]["file"] if measured_provenance else None),
             "params_per_rank": params_per_rank(mp, setup),
             "sources": {key: SOURCES[key] for key in _keys(", ".join((hw.sources, mp.sources, _MEMORY_SOURCES,
-                                                                      _STEP_SOURCES)))},
+                                                                      _STEP_SOURCES, _EXPERT_SOURCES)))},
             "notes": [
                 "Analytic figures from public peak FLOP/s, memory and link data with documented "
                 "efficiency factors; replace with a table measured by `fcp profile` on the target.",
@@ -372,9 +425,22 @@ def build_preset_table(hardware: str, model: str, tp: int = 1, pp: int = 1, dtyp
             ],
         },
         schema_version=SCHEMA_VERSION,
+        expert_parallel=expert_parallel,
     )
     table.validate(source=f"preset {hardware}-{model}")
     return table
+
+def table_model_shape(name: str, mp: ModelPreset) -> ModelShape:
+    """The shape a table of the preset model `mp` records, named `name`."""
+    dec, enc = mp.decoder, mp.encoder
+    return ModelShape(
+        name=name, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
+        head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal",
+        vision=None if enc is None else VisionShape(
+            depth=enc.depth, hidden=enc.hidden, heads=enc.heads, mlp=enc.mlp, patch_size=enc.patch_size,
+            spatial_merge=enc.spatial_merge, temporal_patch=enc.temporal_patch, mergers=enc.mergers),
+        experts=dec.experts)
+
 
 def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, layers: int, recompute: str,
                           vision_depth: int | None) -> TimeFigures:
@@ -409,6 +475,20 @@ def measured_time_figures(analytic: TimeFigures, measured: MeasuredCompute, *, l
         launch_ms=layers * measured.layer_floor_ms * (1.0 + (passes - 1) * forward_share),
         **vision,
     )
+
+
+def _total_params(mp: ModelPreset) -> int:
+    """Every parameter of the model, experts and vision encoder included (no parallelism)."""
+    dec, enc = mp.decoder, mp.encoder
+    return (dec.layers * dec.layer_params() + dec.embedding_params() + dec.head_params()
+            + (0 if enc is None else enc.params()))
+
+
+def _active_params(mp: ModelPreset) -> int:
+    """The decoder's parameters one token multiplies (its routed experts only), embedding and head included."""
+    dec = mp.decoder
+    return dec.layers * (dec.layer_params() - dec.layer_matmul_params() + dec.active_matmul_params()) \
+        + dec.embedding_params() + dec.head_params()
 
 
 def _keys(text: str) -> list[str]:

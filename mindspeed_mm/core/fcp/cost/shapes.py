@@ -7,6 +7,16 @@ Pure arithmetic on a model shape; the presets turn these counts into times and b
 - activation bytes kept per token and layer (16-bit, SwiGLU, GQA, RMSNorm, no dropout, fused
   attention keeping q, k, v and its output): 8 h + 4 heads hd + 4 kv_heads hd + 6 ffn
   (presets.md 3a, [inferred] variant of [kor]); full recompute keeps only the layer input, 2 h.
+- a mixture-of-experts MLP (`ExpertShape`) replaces the SwiGLU's 3 h ffn weights by a router (h x experts)
+  and `experts` SwiGLU experts of 3 h expert_ffn each, of which a token multiplies the router and `top_k`
+  experts (plus a shared expert, where the model has one); its 6 ffn activation bytes by the router's fp32
+  softmax output (4 experts) and, per routed copy of the token, the permuted input (2 h), the gate and up
+  outputs (4 expert_ffn), the down projection's input (2 expert_ffn) and its output kept for the routing
+  weight's gradient (2 h): 4 experts + top_k (4 h + 6 expert_ffn) [inferred, same accounting as above, for
+  the grouped-GEMM path of MindSpeed-MM's `Qwen3VLNpuFusedMoETextExperts`: permute, two grouped GEMMs,
+  SwiGLU, unpermute weighted by the routing probabilities]. MindSpeed-MM's unfused path, a loop over the experts
+  as transformers' training path, keeps more (index tensors, a dense tokens x experts weight matrix): 1.6-1.9x
+  this on small shapes, measured with transformers' `Qwen3VLMoeTextSparseMoeBlock`.
 - vision blocks (LayerNorm, GELU MLP, MHA): 16 h_v + 4 mlp bytes per patch and block [inferred,
   same accounting: norm input 2h, q/k/v 6h, attention output 2h, residual + norm 4h, 2h spare for
   the MLP input, fc1 output and GELU output 2 mlp each].
@@ -14,6 +24,42 @@ Pure arithmetic on a model shape; the presets turn these counts into times and b
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    """The mixture-of-experts MLP of every decoder layer: a router over `experts` SwiGLU experts, `top_k` of
+    them per token, and a shared SwiGLU expert every token runs (`shared_expert_ffn` 0: none, as Qwen3-VL)."""
+
+    experts: int
+    """Routed experts per layer (`num_experts`)."""
+    top_k: int
+    """Experts each token is routed to (`num_experts_per_tok`)."""
+    expert_ffn: int
+    """SwiGLU intermediate size of one routed expert (`moe_intermediate_size`)."""
+    shared_expert_ffn: int = 0
+    """SwiGLU intermediate size of the shared expert (`shared_expert_intermediate_size`; 0: none)."""
+
+    def router_params(self, hidden: int) -> int:
+        """Weights of the router (one logit per expert)."""
+        return hidden * self.experts
+
+    def routed_params(self, hidden: int) -> int:
+        """Weights of all routed experts (gate, up and down of each)."""
+        return self.experts * 3 * hidden * self.expert_ffn
+
+    def params(self, hidden: int) -> int:
+        """All weights of the MLP: router, routed experts, shared expert."""
+        return self.router_params(hidden) + self.routed_params(hidden) + 3 * hidden * self.shared_expert_ffn
+
+    def active_params(self, hidden: int) -> int:
+        """Weights one token multiplies: the router, its `top_k` experts, the shared expert."""
+        return self.router_params(hidden) + self.top_k * 3 * hidden * self.expert_ffn \
+            + 3 * hidden * self.shared_expert_ffn
+
+    def activation_bytes(self, hidden: int) -> int:
+        """16-bit activation bytes the MLP keeps per token without recompute (module docstring)."""
+        return 4 * self.experts + self.top_k * (4 * hidden + 6 * self.expert_ffn) + 6 * self.shared_expert_ffn
 
 
 @dataclass(frozen=True)
@@ -40,12 +86,24 @@ class DecoderShape:
     """Whether the q/k/v projections carry biases."""
     qk_norm: bool
     """Whether q and k get an RMSNorm per head."""
+    experts: ExpertShape | None = None
+    """The mixture-of-experts MLP of every layer (None: the dense SwiGLU of `ffn`)."""
 
-    def layer_matmul_params(self) -> int:
-        """Weights of the matmuls of one layer (q, k, v, o, gate, up, down)."""
+    def attention_matmul_params(self) -> int:
+        """Weights of the attention projections of one layer (q, k, v, o)."""
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
-        return self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.ffn
+        return self.hidden * (q + 2 * kv) + q * self.hidden
+
+    def layer_matmul_params(self) -> int:
+        """Weights of all matmuls of one layer (q, k, v, o and the MLP's: gate, up, down, or router and experts)."""
+        mlp = 3 * self.hidden * self.ffn if self.experts is None else self.experts.params(self.hidden)
+        return self.attention_matmul_params() + mlp
+
+    def active_matmul_params(self) -> int:
+        """Weights of one layer one token multiplies (all of them, but the experts it is not routed to)."""
+        mlp = 3 * self.hidden * self.ffn if self.experts is None else self.experts.active_params(self.hidden)
+        return self.attention_matmul_params() + mlp
 
     def layer_params(self) -> int:
         """All parameters of one layer."""
@@ -71,8 +129,8 @@ class DecoderShape:
 
     def layer_activation_bytes(self) -> int:
         """16-bit activation bytes one layer keeps per token without recompute."""
-        return (8 * self.hidden + 4 * self.heads * self.head_dim + 4 * self.kv_heads * self.head_dim
-                + 6 * self.ffn)
+        mlp = 6 * self.ffn if self.experts is None else self.experts.activation_bytes(self.hidden)
+        return 8 * self.hidden + 4 * self.heads * self.head_dim + 4 * self.kv_heads * self.head_dim + mlp
 
 
 @dataclass(frozen=True)

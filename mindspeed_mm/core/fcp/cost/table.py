@@ -27,6 +27,10 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.attention_call_ms` (optional, default 0): the least one attention call of one layer on one rank
   costs, forward + backward; a call costs the larger of it and the sum of its documents' grid times.
 - `time.launch_ms`: fixed cost of one forward + backward round of a group.
+- `time.expert_ms_per_token` (optional, default 0): a mixture-of-experts model's routed experts' share of
+  `linear_ms_per_token`.
+- `time.expert_exchange_ms` (optional): with `expert_parallel` > 1, the dispatch and combine all-to-alls of one
+  layer, forward + backward, vs the tokens a rank holds.
 - `time.p2p_ms.{intra,inter}`: one point-to-point send of `x` bytes between two ranks.
 - `time.all_to_all_ms.{intra,inter}`: an all-to-all in which each rank sends `x` bytes in total.
 - `time.comm_overlap` (optional, default 1): share of a ring step's transfer that overlaps its
@@ -34,6 +38,10 @@ figures are per rank of a group, for that rank's TP/PP shard of the model:
 - `time.{p2p_ms,all_to_all_ms}.by_group_size` (optional): intra-node curves measured on groups of
   exactly that many ranks (keys "2", "3", ...); a group inside a node uses the curve of the listed
   size closest to its own instead of `intra`.
+- `model.experts` (optional): a mixture-of-experts decoder's router and experts of every layer (`experts`,
+  `top_k`, `expert_ffn`, `shared_expert_ffn`); absent for a dense one.
+- `expert_parallel` (optional, default 1): ranks a mixture-of-experts model's experts are split over
+  (`model.experts`: the router and experts of every layer).
 - `memory.*`: bytes per rank (static, workspace) and activation bytes per LLM token.
 - `step.*` (optional): costs of a step outside the groups' passes, ms, for the run's ranks: the
   optimizer step, one FSDP round's parameter traffic (a round's floor) and the once-per-step
@@ -91,6 +99,8 @@ class ProfileTable:
     """Where the figures come from: `source` (required) plus free-form notes and references."""
     schema_version: int = SCHEMA_VERSION
     """Version of the JSON schema."""
+    expert_parallel: int = 1
+    """Ranks the experts of a mixture-of-experts model are split over (1: every rank runs every expert)."""
 
     @property
     def layers_per_stage(self) -> int:
@@ -108,12 +118,14 @@ class ProfileTable:
         return {
             "schema_version": self.schema_version,
             "hardware": dict(vars(self.hardware)),
-            "model": {**{k: v for k, v in vars(self.model).items() if k != "vision"},
-                      "vision": dict(vars(vision)) if vision is not None else None},
+            "model": {**{k: v for k, v in vars(self.model).items() if k not in ("vision", "experts")},
+                      "vision": dict(vars(vision)) if vision is not None else None,
+                      **({} if self.model.experts is None else {"experts": dict(vars(self.model.experts))})},
             "dtype": self.dtype,
             "tp": self.tp,
             "pp": self.pp,
             "recompute": self.recompute,
+            **({} if self.expert_parallel == 1 else {"expert_parallel": self.expert_parallel}),
             "time": {
                 "attention_ms": {"causal": t.attention_causal_ms.to_dict(),
                                  "full": t.attention_full_ms.to_dict(),
@@ -137,6 +149,8 @@ class ProfileTable:
                                   "inter": t.all_to_all_inter_ms.to_dict(),
                                   **_by_size_doc(t.all_to_all_by_group_size_ms)},
                 **({} if t.comm_overlap == 1.0 else {"comm_overlap": t.comm_overlap}),
+                **({} if t.expert_ms_per_token == 0.0 else {"expert_ms_per_token": t.expert_ms_per_token}),
+                **({} if t.expert_exchange_ms is None else {"expert_exchange_ms": t.expert_exchange_ms.to_dict()}),
             },
             "memory": dict(vars(self.memory)),
             **({} if self.step is None else {"step": _step_doc(self.step)}),

@@ -5,6 +5,7 @@ import math
 from typing import Any, Callable
 
 from mindspeed_mm.core.fcp.cost.grid import GRID_SCALES, Grid
+from mindspeed_mm.core.fcp.cost.shapes import ExpertShape
 from mindspeed_mm.core.fcp.cost.table_schema import (
     DEVICES, DTYPES, MASK_TYPES, RECOMPUTE_MODES, SCHEMA_VERSION, HardwareInfo, MemoryFigures, ModelShape,
     ProfileTableError, StepFigures, TimeFigures, VisionShape,
@@ -19,15 +20,17 @@ def parse_table_fields(doc: Any, source: str) -> dict[str, Any]:
 # Known members of each section (misspelt keys are errors, not silently ignored); `provenance` is free-form.
 _KEYS = {
     "<root>": {"schema_version", "hardware", "model", "dtype", "tp", "pp", "recompute", "time", "memory",
-               "step", "provenance"},
+               "step", "provenance", "expert_parallel"},
     "hardware": {"name", "device", "ranks_per_node", "memory_bytes", "usable_memory_fraction", "peak_tflops",
                  "intra_node_bytes_per_s", "inter_node_bytes_per_s"},
     "model": {"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "attention_mask",
-              "vision"},
+              "vision", "experts"},
+    "model.experts": {"experts", "top_k", "expert_ffn", "shared_expert_ffn"},
     "model.vision": {"depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch", "mergers"},
     "time": {"attention_ms", "attention_backward_ratio", "linear_ms_per_token", "linear_backward_ratio",
              "output_ms_per_token", "vision_ms_per_patch", "vision_ms_per_call", "launch_ms", "p2p_ms",
-             "all_to_all_ms", "comm_overlap", "linear_ms", "attention_call_ms", "vision_ms"},
+             "all_to_all_ms", "comm_overlap", "linear_ms", "attention_call_ms", "vision_ms", "expert_ms_per_token",
+             "expert_exchange_ms"},
     "time.attention_ms": {"causal", "full", "off_diagonal", "ulysses"},
     "time.p2p_ms": {"intra", "inter", "by_group_size"},
     "time.all_to_all_ms": {"intra", "inter", "by_group_size"},
@@ -145,6 +148,19 @@ class _Parser:
         return VisionShape(**{k: self.positive_int(doc, p, k) for k in (
             "depth", "hidden", "heads", "mlp", "patch_size", "spatial_merge", "temporal_patch")}, mergers=mergers)
 
+    def experts(self, doc: Any) -> ExpertShape | None:
+        p = "model.experts"
+        if doc is None:
+            return None
+        doc = self.section(doc, p, p)
+        counts = {k: self.positive_int(doc, p, k) for k in ("experts", "top_k", "expert_ffn")}
+        if counts["top_k"] > counts["experts"]:
+            raise self.fail(f"{p}.top_k", f"at most {p}.experts ({counts['experts']})", counts["top_k"])
+        shared = doc.get("shared_expert_ffn", 0)
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise self.fail(f"{p}.shared_expert_ffn", "an int >= 0", shared)
+        return ExpertShape(**counts, shared_expert_ffn=shared)
+
     def model(self, doc: Any) -> ModelShape:
         p = "model"
         doc = self.section(doc, p, p)
@@ -154,7 +170,7 @@ class _Parser:
             raise self.fail("model.kv_heads", f"a divisor of model.heads ({ints['heads']})", ints["kv_heads"])
         return ModelShape(name=self.string(doc, p, "name"), **ints,
                           attention_mask=self.choice(doc, p, "attention_mask", MASK_TYPES),
-                          vision=self.vision(self.get(doc, p, "vision")))
+                          vision=self.vision(self.get(doc, p, "vision")), experts=self.experts(doc.get("experts")))
 
     def time(self, doc: Any, has_vision: bool) -> TimeFigures:
         p = "time"
@@ -199,6 +215,10 @@ class _Parser:
             linear_ms=None if "linear_ms" not in doc else self.grid(doc["linear_ms"], "time.linear_ms"),
             attention_call_ms=0.0 if "attention_call_ms" not in doc else self.non_negative(doc, p, "attention_call_ms"),
             vision_ms=vision_grid,
+            expert_ms_per_token=0.0 if "expert_ms_per_token" not in doc else self.non_negative(
+                doc, p, "expert_ms_per_token"),
+            expert_exchange_ms=None if "expert_exchange_ms" not in doc else self.grid(
+                doc["expert_exchange_ms"], "time.expert_exchange_ms"),
         )
 
     def keyed_grids(self, doc: dict[str, Any], path: str, key: str) -> dict[int, Grid] | None:
@@ -255,6 +275,12 @@ class _Parser:
                                   f"({model.kv_heads})", tp)
         if model.layers % pp:
             raise self.fail("pp", f"a divisor of model.layers ({model.layers})", pp)
+        expert_parallel = 1 if "expert_parallel" not in doc else self.positive_int(doc, "", "expert_parallel")
+        if expert_parallel > 1 and model.experts is None:
+            raise self.fail("expert_parallel", "1 for a model without experts (model.experts absent)", expert_parallel)
+        if model.experts is not None and model.experts.experts % expert_parallel:
+            raise self.fail("expert_parallel", f"a divisor of model.experts.experts ({model.experts.experts})",
+                            expert_parallel)
         provenance = self.get(doc, "", "provenance")
         if not isinstance(provenance, dict) or not isinstance(provenance.get("source"), str):
             raise self.fail("provenance", "an object with a string 'source'", provenance)
@@ -265,9 +291,24 @@ class _Parser:
             tp=tp,
             pp=pp,
             recompute=self.choice(doc, "", "recompute", RECOMPUTE_MODES),
-            time=self.time(self.get(doc, "", "time"), has_vision=model.vision is not None),
+            time=self._expert_time(self.time(self.get(doc, "", "time"), has_vision=model.vision is not None),
+                                   model, expert_parallel),
             memory=self.memory(self.get(doc, "", "memory")),
             step=self.step(doc.get("step")),
             provenance=provenance,
             schema_version=SCHEMA_VERSION,
+            expert_parallel=expert_parallel,
         )
+
+    def _expert_time(self, time: TimeFigures, model: ModelShape, expert_parallel: int) -> TimeFigures:
+        """`time`, after the checks of its expert terms against the model and the expert parallelism."""
+        if model.experts is None and time.expert_ms_per_token:
+            raise self.fail("time.expert_ms_per_token", "0 for a model without experts", time.expert_ms_per_token)
+        if time.expert_ms_per_token > time.linear_ms_per_token:
+            raise self.fail("time.expert_ms_per_token", f"at most time.linear_ms_per_token "
+                                                        f"({time.linear_ms_per_token}), of which it is a share",
+                            time.expert_ms_per_token)
+        if (expert_parallel > 1) != (time.expert_exchange_ms is not None):
+            raise self.fail("time.expert_exchange_ms", "present exactly when expert_parallel > 1",
+                            None if time.expert_exchange_ms is None else "a grid")
+        return time

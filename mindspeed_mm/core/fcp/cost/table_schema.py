@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.shapes import ExpertShape
 
 SCHEMA_VERSION = 1
 DEVICES = ("npu", "cuda", "cpu")
@@ -89,6 +90,8 @@ class ModelShape:
     """Mask of the LLM attention: one of MASK_TYPES."""
     vision: VisionShape | None
     """Vision encoder shape, or None for a text-only model."""
+    experts: ExpertShape | None = None
+    """The mixture-of-experts MLP of every layer (None: the dense SwiGLU of `ffn`)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,14 @@ class TimeFigures:
     """Vision encoder + merger, forward + backward, of one call on one rank vs the patches it encodes,
     fixed cost included (measured points: a call's host-side floor hides small work); None:
     `vision_ms_per_call` + `vision_ms_per_patch` x patches."""
+    expert_ms_per_token: float = 0.0
+    """The routed experts' share of `linear_ms_per_token` (one layer, forward + backward, per token routed from
+    the rank): with expert parallelism the experts of a rank compute the tokens the whole expert-parallel group
+    routes to them, so a round prices this share at the group's mean tokens (`solver.expert_phases`). 0: a
+    dense model, or not separated."""
+    expert_exchange_ms: Grid | None = None
+    """Expert parallelism: the dispatch and combine all-to-alls of one layer, forward + backward, vs the tokens
+    a rank holds (None: no expert parallelism)."""
 
     def attention_ms(self, mask: str) -> Grid:
         """The attention grid of a mask type."""

@@ -1,8 +1,12 @@
-"""A self-contained decoder (RMSNorm, GQA with RoPE, SwiGLU, LM head) built from plain torch ops.
+"""A self-contained decoder (RMSNorm, GQA with RoPE, SwiGLU or a mixture of SwiGLU experts, LM head) built from
+plain torch ops.
 
 The profiler times its pieces and the validation runs it whole, so both measure the same code:
 QKV / output projections, MLP and norms in torch, the attention core through ``fcp_attention``
-(ring or Ulysses over an explicit process group, or local when the group is None).
+(ring or Ulysses over an explicit process group, or local when the group is None). A shape with experts gets
+Qwen3-VL MoE's MLP: a softmax router, the top-k experts of each token (weights renormalised over them), the
+token rows permuted by expert and each expert's SwiGLU run on its rows, as MindSpeed-MM's unfused MoE path loops
+over its experts (`Qwen3VLMoeTextExperts`), and a shared SwiGLU expert where the shape has one.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from mindspeed_mm.core.fcp.cost.shapes import ExpertShape
 from mindspeed_mm.core.fcp.cost.table import ModelShape
 from mindspeed_mm.core.fcp.parallel import fcp_attention
 
@@ -56,6 +61,46 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
+class ExpertMLP(nn.Module):
+    """Qwen3-VL MoE's MLP (module docstring): router, `top_k` of `experts` SwiGLU experts, optional shared expert."""
+
+    def __init__(self, hidden: int, experts: ExpertShape, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.experts, self.top_k = experts.experts, experts.top_k
+        self.router = nn.Linear(hidden, experts.experts, bias=False, dtype=dtype)
+        # [experts, hidden, 2 ffn] and [experts, ffn, hidden], as transformers' Qwen3VLMoeTextExperts keeps them.
+        self.gate_up = nn.Parameter(0.02 * torch.randn(experts.experts, hidden, 2 * experts.expert_ffn, dtype=dtype))
+        self.down = nn.Parameter(0.02 * torch.randn(experts.experts, experts.expert_ffn, hidden, dtype=dtype))
+        self.shared = None
+        if experts.shared_expert_ffn:
+            self.shared = nn.ModuleDict({
+                "gate_up": nn.Linear(hidden, 2 * experts.shared_expert_ffn, bias=False, dtype=dtype),
+                "down": nn.Linear(experts.shared_expert_ffn, hidden, bias=False, dtype=dtype)})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t, hidden = x.shape
+        probs = F.softmax(self.router(x).float(), dim=-1)
+        weights, chosen = torch.topk(probs, self.top_k, dim=-1)           # [t, k]
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).to(x.dtype)
+        flat = chosen.reshape(-1)                                          # [t * k] expert of each routed copy
+        order = torch.argsort(flat, stable=True)
+        rows = x[order // self.top_k]                                      # [t * k, hidden] copies grouped by expert
+        counts = torch.bincount(flat, minlength=self.experts).tolist()
+        outputs, start = [], 0
+        for expert, count in enumerate(counts):
+            if count:
+                gate, up = (rows[start:start + count] @ self.gate_up[expert]).chunk(2, dim=-1)
+                outputs.append((F.silu(gate) * up) @ self.down[expert])
+                start += count
+        permuted = torch.cat(outputs)                                      # [t * k, hidden] in expert order
+        routed = torch.empty_like(permuted).index_copy(0, order, permuted).view(t, self.top_k, hidden)
+        out = (routed * weights.unsqueeze(-1)).sum(dim=1)                  # [t, hidden]
+        if self.shared is not None:
+            gate, up = self.shared["gate_up"](x).chunk(2, dim=-1)
+            out = out + self.shared["down"](F.silu(gate) * up)
+        return out
+
+
 class DecoderLayer(nn.Module):
     """Pre-norm transformer layer: RMSNorm, fused QKV, RoPE, attention core, output projection, SwiGLU."""
 
@@ -67,8 +112,10 @@ class DecoderLayer(nn.Module):
         self.qkv = nn.Linear(shape.hidden, q_width + 2 * kv_width, bias=False, dtype=dtype)
         self.out = nn.Linear(q_width, shape.hidden, bias=False, dtype=dtype)
         self.mlp_norm = nn.RMSNorm(shape.hidden, dtype=dtype)
-        self.gate_up = nn.Linear(shape.hidden, 2 * shape.ffn, bias=False, dtype=dtype)
-        self.down = nn.Linear(shape.ffn, shape.hidden, bias=False, dtype=dtype)
+        self.experts = None if shape.experts is None else ExpertMLP(shape.hidden, shape.experts, dtype)
+        if self.experts is None:
+            self.gate_up = nn.Linear(shape.hidden, 2 * shape.ffn, bias=False, dtype=dtype)
+            self.down = nn.Linear(shape.ffn, shape.hidden, bias=False, dtype=dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, core: AttentionCore) -> torch.Tensor:
         t = x.shape[0]
@@ -80,6 +127,8 @@ class DecoderLayer(nn.Module):
         v = v.reshape(t, self.kv_heads, self.head_dim)
         attended = core(q, k, v).reshape(t, q_width)
         x = x + self.out(attended)
+        if self.experts is not None:
+            return x + self.experts(self.mlp_norm(x))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
 

@@ -42,19 +42,34 @@ def rope_sections(head_dim: int) -> list[int]:
 
 
 def text_model(shape: ModelShape, layers: int, dtype: str, device: torch.device, seed: int) -> torch.nn.Module:
-    """`Qwen3VLTextModel` of `layers` layers of `shape` (vocabulary cut to 16: only `inputs_embeds` are fed)."""
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
-
-    config = Qwen3VLTextConfig(
+    """`Qwen3VLTextModel` (`Qwen3VLMoeTextModel` for a shape with experts) of `layers` layers of `shape` (vocabulary
+    cut to 16: only `inputs_embeds` are fed)."""
+    common = dict(
         vocab_size=16, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=layers,
         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
         rope_scaling={"rope_type": "default", "mrope_section": rope_sections(shape.head_dim),
                       "mrope_interleaved": True},
         attention_bias=False, use_cache=False)
+    if shape.experts is None:
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
+
+        config, model_class = Qwen3VLTextConfig(**common), Qwen3VLTextModel
+    else:
+        from transformers.models.qwen3_vl_moe.configuration_qwen3_vl_moe import Qwen3VLMoeTextConfig
+        from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeTextModel
+
+        if shape.experts.shared_expert_ffn:
+            raise ValueError("--layers hf: transformers' Qwen3-VL MoE has no shared expert; profile this shape with "
+                             "--layers lean")
+        config = Qwen3VLMoeTextConfig(**common, num_experts=shape.experts.experts,
+                                      num_experts_per_tok=shape.experts.top_k,
+                                      moe_intermediate_size=shape.experts.expert_ffn, decoder_sparse_step=1,
+                                      mlp_only_layers=[])
+        model_class = Qwen3VLMoeTextModel
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    return Qwen3VLTextModel(config).to(device=device, dtype=TORCH_DTYPES[dtype]).train()
+    return model_class(config).to(device=device, dtype=TORCH_DTYPES[dtype]).train()
 
 
 def vision_model(encoder: EncoderShape, blocks: int, dtype: str, device: torch.device, seed: int) -> torch.nn.Module:

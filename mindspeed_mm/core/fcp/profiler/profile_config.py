@@ -5,9 +5,12 @@ import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from mindspeed_mm.core.fcp.cost.analytic import ModelPreset
+from mindspeed_mm.core.fcp.cost.model_config import ModelConfig
 from mindspeed_mm.core.fcp.cost.presets import HARDWARE, MODELS
 from mindspeed_mm.core.fcp.cost.shapes import EncoderShape
 from mindspeed_mm.core.fcp.cost.table import DEVICES, DTYPES, ModelShape, VisionShape
@@ -28,7 +31,8 @@ def model_shape(name: str) -> ModelShape:
     """The decoder shape of a model preset (`tiny`, `qwen3vl-8b`, ...); its encoder is `encoder_shape`'s."""
     dec = _preset(name).decoder
     return ModelShape(name=name, layers=dec.layers, hidden=dec.hidden, heads=dec.heads, kv_heads=dec.kv_heads,
-                      head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal", vision=None)
+                      head_dim=dec.head_dim, ffn=dec.ffn, vocab=dec.vocab, attention_mask="causal", vision=None,
+                      experts=dec.experts)
 
 
 def encoder_shape(name: str) -> EncoderShape | None:
@@ -114,6 +118,11 @@ class ProfileConfig:
     """Scheduling priority of the measuring processes, -20..19 (None: unchanged); see `world.raise_priority`."""
     layers: str = "lean"
     """Models the layers are timed on: one of LAYER_SOURCES."""
+    model_config: ModelConfig | None = None
+    """The Hugging Face `config.json` the shape was read from (`fcp profile --model-config / --recipe`), named in
+    the table's provenance; None: a model preset's shape (`--model`)."""
+    recipe: Path | None = None
+    """The MindSpeed-MM recipe that named `model_config` (`--recipe`), recorded beside it."""
     comm_from: str | None = None
     """Where a one-process profile (`world_size` 1, one device) takes its communication terms from: a hardware
     preset (`h200`, `a3`, ...) or a profile table measured with several processes on the real node. None
@@ -168,6 +177,19 @@ class ProfileConfig:
         _check_sizes("--message-bytes", self.message_bytes, at_least=2)
         if self.encoder is not None:
             _check_sizes("--vision-frame-groups", self.vision_frame_groups, at_least=2)
+
+    @property
+    def model_preset(self) -> ModelPreset:
+        """The profiled model as a preset model (for terms a one-process profile takes from a hardware preset)."""
+        if self.model_config is not None:
+            return ModelPreset(self.model_config.decoder, self.encoder, "none", "model config")
+        return MODELS[self.model.name]
+
+    def model_provenance(self) -> dict[str, Any]:
+        """Where the profiled shape comes from, for the table's provenance."""
+        if self.model_config is None:
+            return {"preset": self.model.name}
+        return self.model_config.provenance(self.recipe)
 
     @property
     def table_model(self) -> ModelShape:

@@ -193,7 +193,8 @@ def links_from(config: ProfileConfig) -> Links:
     assert source is not None
     if source in HARDWARE:
         table = build_preset_table(source, config.model.name, dtype=config.dtype, recompute="none",
-                                   ranks_per_node=config.ranks_per_node)
+                                   ranks_per_node=config.ranks_per_node,
+                                   model_preset=None if config.model_config is None else config.model_preset)
         described = f"hardware preset {source}"
     else:
         table = ProfileTable.load(source)
@@ -405,6 +406,7 @@ def build_table(config: ProfileConfig, ranks: Sequence[RankMeasurements], rank_f
     )
     provenance = {
         "source": "measured by fcp profile",
+        "model_shape_source": config.model_provenance(),
         **{k: v for k, v in facts.items() if k != "rank_memory_bytes"},
         "measurement": {
             "world_size": config.world_size, "backend": config.backend, "statistic": config.statistic,

@@ -95,14 +95,17 @@ class FCPOptions:
         return ALGOS if self.attention_algo == "auto" else (self.attention_algo,)
 
     def cost_model(self, *, num_ranks: int | None, tp: int = 1, pp: int = 1,
-                   algos: Sequence[str] | None = None, vision_frozen: bool = False) -> CostModel:
+                   algos: Sequence[str] | None = None, vision_frozen: bool = False,
+                   expert_parallel: int = 1) -> CostModel:
         """The cost model of the profile table, else of the preset (its model state sharded over the `num_ranks`
         FCP ranks, at tensor / pipeline sizes `tp` / `pp`); `algos` restricts the algorithms (default: `algos`);
-        `vision_frozen`: the run does not train the vision tower."""
+        `vision_frozen`: the run does not train the vision tower; `expert_parallel`: ranks the run splits a
+        mixture-of-experts model's experts over."""
         return build_cost_model(
             preset=self.preset, profile_table=self.profile_table, max_tokens_per_rank=self.max_tokens_per_rank,
             algos=self.algos if algos is None else tuple(algos), shard_ranks=num_ranks,
             ranks_per_node=self.ranks_per_node, tp=tp, pp=pp, vision_frozen=vision_frozen,
+            expert_parallel=expert_parallel,
         )
 
     def solver_config(self, *, num_ranks: int, cost: CostModel, step_semantics: str = LOCKSTEP,
@@ -114,10 +117,12 @@ class FCPOptions:
                             step_semantics=step_semantics)
 
     def batch_planner(self, *, num_ranks: int, step_semantics: str = LOCKSTEP, tp: int = 1, pp: int = 1,
-                      static_cp_degree: int | None = None, vision_frozen: bool = False) -> BatchPlanner:
+                      static_cp_degree: int | None = None, vision_frozen: bool = False,
+                      expert_parallel: int = 1) -> BatchPlanner:
         """The planner of one global batch; `static_cp_degree` plans Megatron's static ring CP instead of FCP."""
         cost = self.cost_model(num_ranks=num_ranks, tp=tp, pp=pp,
-                               algos=None if static_cp_degree is None else ("ring",), vision_frozen=vision_frozen)
+                               algos=None if static_cp_degree is None else ("ring",), vision_frozen=vision_frozen,
+                               expert_parallel=expert_parallel)
         return BatchPlanner(cost=cost, solver_config=self.solver_config(num_ranks=num_ranks, cost=cost,
                                                                          step_semantics=step_semantics),
                             static_cp_degree=static_cp_degree)

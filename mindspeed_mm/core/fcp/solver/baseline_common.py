@@ -9,6 +9,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
+from mindspeed_mm.core.fcp.solver.expert_phases import priced_with_expert_exchange
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
@@ -108,7 +109,7 @@ def baseline_plan(
     semantics: str = LOCKSTEP,
 ) -> Plan:
     """The baseline's plan of `rounds`; in lockstep rounds with vision work, priced in phases, each group
-    encoding its own media (`vision_phases`)."""
+    encoding its own media (`vision_phases`), and with expert parallelism as its blocks run them (`expert_phases`)."""
     bound = batch_lower_bound(lengths, cost, config, patches)
     plan = Plan(
         rounds=tuple(rounds),
@@ -120,4 +121,6 @@ def baseline_plan(
     )
     if semantics == LOCKSTEP and patches is not None and any(patches):
         plan = priced_in_phases(plan, lengths, patches, cost, config.ranks_per_node, over_round=False)
+    if semantics == LOCKSTEP:
+        plan = priced_with_expert_exchange(plan, lengths, cost)
     return dataclasses.replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)

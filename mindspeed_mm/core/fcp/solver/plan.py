@@ -146,14 +146,19 @@ class RoundPlan:
     predicted time includes before its own decoder work. None: each group's time holds its own encoder work."""
     vision_over_round: bool = False
     """The round's media are encoded by all its ranks, not each group's by its own members (`vision_phases`)."""
+    expert_coupled: bool = False
+    """Priced as expert parallelism's blocks run it (`expert_phases`): each group's time is its slowest block's,
+    whose experts' work and all-to-alls follow the block's tokens rather than the group's own."""
 
     def to_json(self) -> dict[str, Any]:
-        """The round as a JSON-ready dict (the vision fields only when set)."""
+        """The round as a JSON-ready dict (the vision and expert fields only when set)."""
         out: dict[str, Any] = {"groups": [g.to_json() for g in self.groups], "predicted_ms": self.predicted_ms}
         if self.vision_ms is not None:
             out["vision_ms"] = self.vision_ms
         if self.vision_over_round:
             out["vision_over_round"] = True
+        if self.expert_coupled:
+            out["expert_coupled"] = True
         return out
 
     @classmethod
@@ -165,6 +170,7 @@ class RoundPlan:
             predicted_ms=float(_field(data, "predicted_ms", "round")),
             vision_ms=None if vision_ms is None else float(vision_ms),
             vision_over_round=bool(data.get("vision_over_round", False)),
+            expert_coupled=bool(data.get("expert_coupled", False)),
         )
 
 
@@ -313,6 +319,12 @@ def validate_plan(
             placed_ms = float(cost.group_time_ms(workload, group.degree, group.algo, node_part=part))
             if phased:
                 placed_ms += round_plan.vision_ms
+            if round_plan.expert_coupled:
+                # Its experts' work and all-to-alls follow its block's tokens (`expert_phases`): the group's own
+                # work before them is the floor.
+                from mindspeed_mm.core.fcp.solver.expert_phases import own_expert_ms
+
+                placed_ms -= float(own_expert_ms(cost, tokens / group.degree))
             if not math.isfinite(placed_ms):
                 raise InvalidPlanError(f"{where}: algo {group.algo!r} is infeasible at degree {group.degree}")
             if priced and group.predicted_ms < placed_ms * (1 - 1e-6):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError
+from mindspeed_mm.core.fcp.solver.expert_phases import expert_parallel_size, priced_with_expert_exchange
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
@@ -149,17 +150,23 @@ def plan_batch(
     )
     if config.step_semantics == INDEPENDENT:
         plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config)
-    elif phased:
-        # Priced as the encoder phase plus the decoder phase (`vision_phases`), the static layouts weighed so too.
-        def in_phases(candidate: Plan) -> Plan:
-            return priced_in_phases(candidate, length_arr, patch_arr, cost, config.ranks_per_node,
-                                    config.vision_over_round)
+    else:
+        # Priced as the encoder phase plus the decoder phase (`vision_phases`) and with expert parallelism as its
+        # blocks run each round (`expert_phases`), the static layouts weighed so too.
+        coupled = expert_parallel_size(cost) > 1
 
-        plan = in_phases(plan)
-        if not config.allow_idle_ranks:
-            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=in_phases)
-    elif not config.allow_idle_ranks:
-        plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
+        def reprice(candidate: Plan) -> Plan:
+            if phased:
+                candidate = priced_in_phases(candidate, length_arr, patch_arr, cost, config.ranks_per_node,
+                                             config.vision_over_round)
+            return priced_with_expert_exchange(candidate, length_arr, cost) if coupled else candidate
+
+        if phased or coupled:
+            plan = reprice(plan)
+            if not config.allow_idle_ranks:
+                plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=reprice)
+        elif not config.allow_idle_ranks:
+            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)

@@ -20,6 +20,7 @@ import torch
 
 from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 
+from ..cost_source import run_expert_parallel
 from ..megatron.checkpoint import resumed_state
 from ..runtime import FCPRuntime, get_fcp_runtime
 from .round_loader import FCPRoundLoader
@@ -153,7 +154,7 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     num_steps = max(1, args.train_iters - first_step)
     options = FCPOptions.from_namespace(args)
     planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1),
-                                    vision_frozen=vision_is_frozen())
+                                    vision_frozen=vision_is_frozen(), expert_parallel=run_expert_parallel(args))
     resumed = resumed_state(getattr(args, "load", None), int(getattr(args, "iteration", 0) or 0))
     if resumed is not None and resumed["steps_done"] != first_step:
         raise FCPDataError(
