@@ -25,19 +25,25 @@ own members.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError
+from mindspeed_mm.core.fcp.solver.errors import (
+    CommunicatorBudgetError, InfeasibleSampleError, NoAlgoForSampleError, NoLayoutInBudgetError,
+)
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
-from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
+from mindspeed_mm.core.fcp.solver.communicators import GroupCatalogue
+from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees, power_of_two_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.static_alternatives import fastest_for_independent_groups, fastest_for_lockstep_rounds
 from mindspeed_mm.core.fcp.solver.lean_search import lean_rounds
-from mindspeed_mm.core.fcp.solver.placement import Placement, compact_node_part, placements
+from mindspeed_mm.core.fcp.solver.placement import (
+    Placement, compact_node_part, placements, slot_grid_placement,
+)
 from mindspeed_mm.core.fcp.solver.plan import IDLE, INDEPENDENT, GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.round_layout import RoundSolver
@@ -87,13 +93,22 @@ def plan_batch(
     lengths = length_arr.tolist()
     n_ranks = config.num_ranks
     warn_if_state_sharded_wider(cost, n_ranks)
-    max_degree = config.degree_limit
+    # The groups plans may use within the communicator budget (`communicators`): their degrees bound the search.
+    catalogue = config.catalogue(cost.algos)
+    max_degree = min(config.degree_limit, catalogue.top_degree)
     capacity = cost.capacity_tokens
     mins = np.maximum(1, -(-length_arr // capacity))
     too_wide = np.flatnonzero(mins > max_degree)
     if too_wide.size:
         i = int(too_wide[0])
+        if max_degree < config.degree_limit and mins[i] <= config.degree_limit:
+            raise CommunicatorBudgetError(i, lengths[i], capacity, catalogue)
         raise InfeasibleSampleError(i, lengths[i], capacity, max_degree, n_ranks)
+    degrees = _allowed_degrees(config.degrees, catalogue.search_degrees)
+    # The degrees rounds are searched again on where they do not fit the grid: the powers of two (they always pack),
+    # and those above them, which the longest samples may need when the largest degree is not a power of two.
+    chain = catalogue.chain + tuple(d for d in catalogue.search_degrees or () if d > catalogue.chain[-1])
+    chain = _allowed_degrees(config.degrees, chain)
 
     # Lockstep rounds with vision work run the encoder and the decoder as two phases (`vision_phases`); with the
     # media spread over each round's ranks, the vision phase depends on the round's patches alone, so the rounds
@@ -101,7 +116,7 @@ def plan_batch(
     phased = config.step_semantics == LOCKSTEP and patch_arr is not None and bool(patch_arr.any())
     search_patches = None if phased and config.vision_over_round else patch_arr
     workloads = SampleWorkloads(cost, length_arr, search_patches)
-    timer = GroupTimer(cost, max_degree, config.degrees)
+    timer = GroupTimer(cost, max_degree, degrees)
     facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
 
@@ -125,10 +140,22 @@ def plan_batch(
     # call's fixed cost (the call on one merge block): the search counts it per round.
     search_floor = replace(floor, per_round_ms=vision_rank_ms(cost, 1)) if search_patches is None and phased else floor
 
-    def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...]:
+    placer = _RoundPlacer(cost, workloads, n_ranks, config.ranks_per_node, top, catalogue)
+    if not catalogue.contiguous:
+        # Rounds whose groups do not fit the slot grid are searched again on its power-of-two chain, which always
+        # packs (the search and its facts are only built for the first such round).
+        def chain_solver() -> RoundSolver:
+            chain_timer = GroupTimer(cost, max_degree, chain)
+            chain_facts = _sample_facts(lengths, workloads, mins, chain_timer, capacity, max_degree)
+            return RoundSolver(chain_facts, chain_timer, capacity, n_ranks, limits)
+
+        placer.chain_solver = chain_solver
+
+    def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...] | None:
         if config.allow_idle_ranks:
-            choices = [_with_idle_ranks(choice, cost, workloads) for choice in choices]
-        return tuple(_placed_round(choice, n_ranks, config.ranks_per_node, cost, workloads, top) for choice in choices)
+            choices = [_with_idle_ranks(choice, cost, workloads, degrees) for choice in choices]
+        rounds = tuple(placer.place(choice) for choice in choices)
+        return None if any(r is None for r in rounds) else rounds  # type: ignore[return-value]
 
     if thorough:
         rounds = placed(_best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
@@ -137,29 +164,41 @@ def plan_batch(
         found, moves = lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound,
                                    search_floor)
         rounds = _fastest_placed(solver, found, moves, placed, search_floor)
+    if rounds is None:
+        # No round layout of the search fits the catalogue: the static layouts made of its groups below are the plan.
+        logger.warning("FCP planner: no searched layout of %d samples fits the %s; planning a static layout",
+                       len(lengths), catalogue.describe())
+        rounds = ()
     straddling = sum(r[1] for r in rounds)
     plan = Plan(
         rounds=tuple(r[0] for r in rounds),
-        predicted_ms=float(sum(r[0].predicted_ms for r in rounds)),
+        predicted_ms=float(sum(r[0].predicted_ms for r in rounds)) if rounds else math.inf,
         lower_bound_ms=float(lower_bound),
         solver_ms=0.0,
         num_ranks=n_ranks,
         extras={"cross_node_groups": straddling, "cost_calls": solver.cost_calls,
                 "ranks_per_node": config.ranks_per_node},
     )
+    # The static layouts weighed against the plan: those made of catalogue groups.
+    static_config = replace(config, degrees=_allowed_degrees(config.degrees, catalogue.static_degrees()))
     if config.step_semantics == INDEPENDENT:
-        plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, config)
+        plan = fastest_for_independent_groups(plan, length_arr, patch_list, cost, static_config)
     elif phased:
         # Priced as the encoder phase plus the decoder phase (`vision_phases`), the static layouts weighed so too.
         def in_phases(candidate: Plan) -> Plan:
             return priced_in_phases(candidate, length_arr, patch_arr, cost, config.ranks_per_node,
                                     config.vision_over_round)
 
-        plan = in_phases(plan)
+        plan = in_phases(plan) if plan.rounds else plan
         if not config.allow_idle_ranks:
-            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=in_phases)
+            plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, static_config, floor,
+                                               reprice=in_phases)
     elif not config.allow_idle_ranks:
-        plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
+        plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, static_config, floor)
+    if not plan.rounds:
+        if max(catalogue.static_degrees()) < int(mins.max()):
+            raise NoLayoutInBudgetError(len(lengths), int(mins.max()), catalogue)
+        raise no_plan(solver, lengths, n_ranks, capacity, config.max_rounds)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)
@@ -213,50 +252,119 @@ def _fastest_placed(
     solver: RoundSolver,
     found: list[tuple[float, list[RoundStart]]],
     moves: int,
-    placed: Callable[[list[RoundChoice]], tuple[tuple[RoundPlan, int], ...]],
+    placed: Callable[[list[RoundChoice]], tuple[tuple[RoundPlan, int], ...] | None],
     floor: RoundFloor,
-) -> tuple[tuple[RoundPlan, int], ...]:
+) -> tuple[tuple[RoundPlan, int], ...] | None:
     """The (total, starts) found, fastest first, each polished and placed while its search total beats
     the fastest placed so far, and the fastest placed. The search prices every group as if placed
     compactly; a group that lands across a node boundary only ever costs more (the polish rarely
     gains much), so the next start can only win when placement cost the ones before it more than
-    their lead. Usually the first is placed alone."""
+    their lead. Usually the first is placed alone. None when no start could be placed in the catalogue."""
     best: tuple[tuple[RoundPlan, int], ...] | None = None
     best_total = float("inf")
     for total, starts in found:
         if best is not None and not total < best_total:
             break
         rounds = placed([polish_round(solver, start, moves) for start in starts])
+        if rounds is None:
+            continue
         placed_total = sum(floor.round_ms(r[0].predicted_ms) for r in rounds)
         if placed_total < best_total:
             best, best_total = rounds, placed_total
-    assert best is not None
     return best
 
 
-def _placed_round(choice: RoundChoice, n_ranks: int, ranks_per_node: int, cost: "CostModel",
-                  workloads: SampleWorkloads, top_degree: int) -> tuple[RoundPlan, int]:
-    """The round on contiguous rank ranges. A group placed across more nodes than the search assumed
-    is re-priced (its algo re-chosen) where it landed; the same groups on node-aligned degrees
-    (`node_repair`) replace the round when they are faster as placed."""
-    groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
-    placed = _priced(groups, n_ranks, ranks_per_node, cost, workloads)
-    if placed[1] == 0 or any(g.algo == IDLE for g in choice.groups):
+def _allowed_degrees(asked: tuple[int, ...] | None, allowed: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The degrees both allow (None: any)."""
+    if asked is None or allowed is None:
+        return allowed if asked is None else asked
+    return tuple(sorted(set(asked) & set(allowed)))
+
+
+class _RoundPlacer:
+    """Places the rounds the search chose on ranks, within the run's catalogue of groups."""
+
+    def __init__(self, cost: "CostModel", workloads: SampleWorkloads, n_ranks: int, ranks_per_node: int,
+                 top_degree: int, catalogue: GroupCatalogue) -> None:
+        self.cost = cost
+        self.workloads = workloads
+        self.n_ranks = n_ranks
+        self.ranks_per_node = ranks_per_node
+        self.top_degree = top_degree
+        self.catalogue = catalogue
+        self.chain_solver: Callable[[], RoundSolver] | None = None
+        """Builds the search on the catalogue's power-of-two chain (re-searches rounds that do not fit the grid)."""
+        self._chain: RoundSolver | None = None
+
+    def place(self, choice: RoundChoice) -> tuple[RoundPlan, int] | None:
+        """The round on ranks and its count of groups across a node boundary; None where it fits no layout of the
+        catalogue."""
+        if self.catalogue.contiguous:
+            return self._contiguous(choice)
+        return self._on_grid(choice)
+
+    def _contiguous(self, choice: RoundChoice) -> tuple[RoundPlan, int]:
+        """The round on contiguous rank ranges. A group placed across more nodes than the search assumed is re-priced
+        (its algo re-chosen) where it landed; the same groups on node-aligned degrees (`node_repair`) replace the
+        round when they are faster as placed."""
+        groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
+        placed = _priced(groups, self.n_ranks, self.ranks_per_node, self.cost, self.workloads)
+        if placed[1] == 0 or any(g.algo == IDLE for g in choice.groups):
+            return placed
+        group_workloads, mins = self._mins(choice)
+        aligned = aligned_degrees(self.cost, group_workloads, mins, self.n_ranks, self.top_degree,
+                                  self.ranks_per_node)
+        if aligned is not None:
+            other = _priced([(d, a, g.samples, t) for d, t, a, g in zip(*aligned, choice.groups)], self.n_ranks,
+                            self.ranks_per_node, self.cost, self.workloads)
+            if other[0].predicted_ms < placed[0].predicted_ms:
+                return other
         return placed
-    group_workloads, tokens = workloads.groups([g.samples for g in choice.groups])
-    mins = [cost.min_degree(t) for t in tokens.tolist()]
-    aligned = aligned_degrees(cost, group_workloads, mins, n_ranks, top_degree, ranks_per_node)
-    if aligned is not None:
-        other = _priced([(d, a, g.samples, t) for d, t, a, g in zip(*aligned, choice.groups)], n_ranks,
-                        ranks_per_node, cost, workloads)
-        if other[0].predicted_ms < placed[0].predicted_ms:
-            return other
-    return placed
+
+    def _on_grid(self, choice: RoundChoice) -> tuple[RoundPlan, int] | None:
+        """The round on the slot grid. Where its degrees do not fit the grid, or a group lands across a node
+        boundary (a node size that is not a power of two), the same groups on powers of two and, where the grid
+        failed, the round's samples searched again on the power-of-two chain are placed too; the fastest is kept."""
+        groups = [(g.degree, g.algo, g.samples, g.predicted_ms) for g in choice.groups]
+        options = []
+        placement = slot_grid_placement([g[0] for g in groups], self.n_ranks, self.ranks_per_node)
+        if placement is not None:
+            options.append(_priced_at(placement, groups, self.ranks_per_node, self.cost, self.workloads))
+            if options[0][1] == 0:
+                return options[0]
+        chain_top = self.catalogue.chain[-1]
+        if not any(g.algo == IDLE for g in choice.groups):
+            group_workloads, mins = self._mins(choice)
+            aligned = power_of_two_degrees(self.cost, group_workloads, mins, self.n_ranks,
+                                           min(self.top_degree, chain_top))
+            if aligned is not None:
+                options.append(self._grid_priced([(d, a, g.samples, t)
+                                                  for d, t, a, g in zip(*aligned, choice.groups)]))
+        if placement is None and self.chain_solver is not None:
+            if self._chain is None:
+                self._chain = self.chain_solver()
+            again = self._chain.solve(sorted(i for g in choice.groups for i in g.samples))
+            if again is not None:
+                options.append(self._grid_priced([(g.degree, g.algo, g.samples, g.predicted_ms)
+                                                  for g in again.groups]))
+        options = [option for option in options if option is not None]
+        return min(options, key=lambda round_and_count: round_and_count[0].predicted_ms) if options else None
+
+    def _grid_priced(self, groups: list[tuple[int, str, tuple[int, ...], float]]) -> tuple[RoundPlan, int] | None:
+        placement = slot_grid_placement([g[0] for g in groups], self.n_ranks, self.ranks_per_node)
+        return None if placement is None else _priced_at(placement, groups, self.ranks_per_node, self.cost,
+                                                          self.workloads)
+
+    def _mins(self, choice: RoundChoice) -> tuple[object, list[int]]:
+        """The workloads of the round's groups and the fewest ranks each needs."""
+        group_workloads, tokens = self.workloads.groups([g.samples for g in choice.groups])
+        return group_workloads, [self.cost.min_degree(t) for t in tokens.tolist()]
 
 
-def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", workloads: SampleWorkloads) -> RoundChoice:
-    """Each group on the degree, up to the ranks it was given, where it runs fastest; the ranks it
-    then leaves sit the round out as 1-rank idle groups."""
+def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", workloads: SampleWorkloads,
+                     degrees: tuple[int, ...] | None) -> RoundChoice:
+    """Each group on the degree (of `degrees`; None: any), up to the ranks it was given, where it runs fastest; the
+    ranks it then leaves sit the round out as 1-rank idle groups."""
     kept: list[GroupChoice] = []
     idle = 0
     group_workloads, tokens = workloads.each_group([g.samples for g in choice.groups])
@@ -265,13 +373,19 @@ def _with_idle_ranks(choice: RoundChoice, cost: "CostModel", workloads: SampleWo
         if g.degree <= first:
             kept.append(g)
             continue
-        times, index = cost.best_time_ms(workload, np.arange(first, g.degree + 1))
+        candidates = np.arange(first, g.degree + 1)
+        if degrees is not None:
+            candidates = candidates[np.isin(candidates, degrees)]
+        if not candidates.size:
+            kept.append(g)
+            continue
+        times, index = cost.best_time_ms(workload, candidates)
         k = int(np.argmin(times))
         if not times[k] < g.predicted_ms * (1 - 1e-9):
             kept.append(g)
             continue
-        kept.append(GroupChoice(g.samples, first + k, cost.algos[int(index[k])], float(times[k])))
-        idle += g.degree - first - k
+        kept.append(GroupChoice(g.samples, int(candidates[k]), cost.algos[int(index[k])], float(times[k])))
+        idle += g.degree - int(candidates[k])
     if not idle:
         return choice
     kept.extend(GroupChoice((), 1, IDLE, 0.0) for _ in range(idle))
