@@ -65,7 +65,7 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
     ranks = getattr(args, "ranks", None)
     if options.profile_table is not None:
         try:
-            return options.cost_model(num_ranks=None)
+            return options.cost_model(num_ranks=ranks)
         except (ValueError, KeyError) as err:
             raise ValueError(f"--profile {args.profile}: {err}") from None
     preset = options.preset

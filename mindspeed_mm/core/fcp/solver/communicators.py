@@ -24,20 +24,14 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.placement import slot_of
-
-if TYPE_CHECKING:
-    from mindspeed_mm.core.fcp.solver.plan import Plan
+from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan
 
 BUDGET_ABOVE_LOG2 = 4
 """The default budget is ceil(log2 N) + this: the power-of-two chain and the plane (log2 N + 1 at most) leave
 about four communicators per rank for other degrees."""
-AUTO = "auto"
-"""`SolverConfig.communicator_budget` value of the default budget."""
 
 
 def default_budget(num_ranks: int) -> int:
@@ -47,14 +41,14 @@ def default_budget(num_ranks: int) -> int:
 
 def group_communicators(ranks: Sequence[int], algo: str) -> tuple[tuple[int, ...], ...]:
     """The communicators a planned group on `ranks` running `algo` needs: one of all its ranks for ring and
-    Ulysses, none for a group of one rank (or idle ranks). Every count of communicators goes through here."""
-    del algo  # ring and Ulysses both exchange over the whole group
-    if len(ranks) < 2:
+    Ulysses (both exchange over the whole group), none for a group of one rank or of idle ranks. Every count of
+    communicators goes through here."""
+    if len(ranks) < 2 or algo == IDLE:
         return ()
     return (tuple(ranks),)
 
 
-def plan_communicators(plan: "Plan") -> set[tuple[int, ...]]:
+def plan_communicators(plan: Plan) -> set[tuple[int, ...]]:
     """Every communicator `plan` runs on (FCP ranks): its groups', and the plane's when a round spreads its media."""
     found = {c for r in plan.rounds for g in r.groups for c in group_communicators(g.ranks, g.algo)}
     if plan.num_ranks > 1 and any(r.vision_over_round for r in plan.rounds):
@@ -146,7 +140,7 @@ class GroupCatalogue:
         return tuple(d for d in range(1, self.max_degree + 1) if self.num_ranks % d == 0
                      and all(self.allows(start, d) for start in range(0, self.num_ranks, d)))
 
-    def check_plan(self, plan: "Plan") -> None:
+    def check_plan(self, plan: Plan) -> None:
         """Raises `InvalidPlanError` naming the round and the group when a plan uses a group outside the catalogue."""
         from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
 
@@ -237,5 +231,5 @@ def _contiguous_counts(num_ranks: int, max_degree: int, plane: bool) -> np.ndarr
     return counts
 
 
-__all__ = ["AUTO", "BUDGET_ABOVE_LOG2", "GroupCatalogue", "default_budget", "extra_degree_candidates",
+__all__ = ["BUDGET_ABOVE_LOG2", "GroupCatalogue", "default_budget", "extra_degree_candidates",
            "group_catalogue", "group_communicators", "plan_communicators"]

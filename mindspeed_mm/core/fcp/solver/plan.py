@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from mindspeed_mm.core.fcp.solver.communicators import AUTO, GroupCatalogue, default_budget, group_catalogue
 from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
+    from mindspeed_mm.core.fcp.solver.communicators import GroupCatalogue
 
 _TIME_RTOL = 1e-9
 IDLE = "idle"
@@ -26,6 +26,8 @@ LOCKSTEP = "lockstep"
 INDEPENDENT = "independent"
 """Step semantics of DDP / the distributed optimizer: groups meet only at the step's gradient reduction."""
 STEP_SEMANTICS = (LOCKSTEP, INDEPENDENT)
+AUTO = "auto"
+"""`SolverConfig.communicator_budget` of the default budget, ceil(log2 num_ranks) + 4 (`communicators.default_budget`)."""
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,17 @@ class SolverConfig:
     @property
     def budget(self) -> int | None:
         """The communicators one rank may join (`communicator_budget` with `AUTO` resolved); None: unbounded."""
+        from mindspeed_mm.core.fcp.solver.communicators import default_budget
+
         if self.communicator_budget == AUTO:
             return default_budget(self.num_ranks)
         return self.communicator_budget  # type: ignore[return-value]
 
-    def catalogue(self, algos: Sequence[str]) -> GroupCatalogue:
+    def catalogue(self, algos: Sequence[str]) -> "GroupCatalogue":
         """The groups plans may use (`communicators.group_catalogue`), for groups running `algos`; the plane's group
         counts where rounds may spread their media over it (lockstep rounds with `vision_over_round`)."""
+        from mindspeed_mm.core.fcp.solver.communicators import group_catalogue
+
         return group_catalogue(self.num_ranks, self.degree_limit, self.budget, algos,
                                plane=self.vision_over_round and self.step_semantics == LOCKSTEP)
 

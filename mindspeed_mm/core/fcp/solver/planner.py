@@ -106,8 +106,10 @@ def plan_batch(
         raise InfeasibleSampleError(i, lengths[i], capacity, max_degree, n_ranks)
     degrees = _allowed_degrees(config.degrees, catalogue.search_degrees)
     # The degrees rounds are searched again on where they do not fit the grid: the powers of two (they always pack),
-    # and those above them, which the longest samples may need when the largest degree is not a power of two.
-    chain = catalogue.chain + tuple(d for d in catalogue.search_degrees or () if d > catalogue.chain[-1])
+    # and, where the longest sample needs more (a largest degree that is not a power of two), the fewest that hold it.
+    chain = catalogue.chain
+    if not catalogue.contiguous and int(mins.max()) > chain[-1]:
+        chain += (min(d for d in catalogue.degrees if d >= int(mins.max())),)  # type: ignore[union-attr]
     chain = _allowed_degrees(config.degrees, chain)
 
     # Lockstep rounds with vision work run the encoder and the decoder as two phases (`vision_phases`); with the
@@ -116,8 +118,6 @@ def plan_batch(
     phased = config.step_semantics == LOCKSTEP and patch_arr is not None and bool(patch_arr.any())
     search_patches = None if phased and config.vision_over_round else patch_arr
     workloads = SampleWorkloads(cost, length_arr, search_patches)
-    timer = GroupTimer(cost, max_degree, degrees)
-    facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     fewest_rounds = min_rounds(lengths, n_ranks, capacity)
 
     top = min(max_degree, n_ranks)
@@ -129,6 +129,8 @@ def plan_batch(
         # span nodes (Ulysses 32 on image + video at 64 ranks); the step estimates skip the sizes that cannot win.
         sizes = tuple(1 << k for k in range(top.bit_length()))
         limits = replace(_LEAN, uniform_degrees=sizes)
+    timer = GroupTimer(cost, max_degree, degrees)
+    facts = _sample_facts(lengths, workloads, mins, timer, capacity, max_degree)
     solver = RoundSolver(facts, timer, capacity, n_ranks, limits)
     # The lower bound (see `lower_bound`): the longest sample's best time from the memory-free times the
     # search uses too, and the work bound.
@@ -140,32 +142,43 @@ def plan_batch(
     # call's fixed cost (the call on one merge block): the search counts it per round.
     search_floor = replace(floor, per_round_ms=vision_rank_ms(cost, 1)) if search_patches is None and phased else floor
 
+    def round_solver(search_degrees: tuple[int, ...] | None) -> RoundSolver:
+        search_timer = GroupTimer(cost, max_degree, search_degrees)
+        search_facts = _sample_facts(lengths, workloads, mins, search_timer, capacity, max_degree)
+        return RoundSolver(search_facts, search_timer, capacity, n_ranks, limits)
+
     placer = _RoundPlacer(cost, workloads, n_ranks, config.ranks_per_node, top, catalogue)
-    if not catalogue.contiguous:
-        # Rounds whose groups do not fit the slot grid are searched again on its power-of-two chain, which always
-        # packs (the search and its facts are only built for the first such round).
-        def chain_solver() -> RoundSolver:
-            chain_timer = GroupTimer(cost, max_degree, chain)
-            chain_facts = _sample_facts(lengths, workloads, mins, chain_timer, capacity, max_degree)
-            return RoundSolver(chain_facts, chain_timer, capacity, n_ranks, limits)
+    # Rounds whose groups do not fit the slot grid are searched again on its power-of-two chain, which always packs
+    # (the search and its facts are only built for the first such round).
+    placer.chain_solver = lambda: round_solver(chain)
 
-        placer.chain_solver = chain_solver
+    def searched(round_search: RoundSolver, search_degrees: tuple[int, ...] | None
+                 ) -> tuple[tuple[RoundPlan, int], ...] | None:
+        def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...] | None:
+            if config.allow_idle_ranks:
+                choices = [_with_idle_ranks(choice, cost, workloads, search_degrees) for choice in choices]
+            rounds = tuple(placer.place(choice) for choice in choices)
+            return None if any(r is None for r in rounds) else rounds  # type: ignore[return-value]
 
-    def placed(choices: list[RoundChoice]) -> tuple[tuple[RoundPlan, int], ...] | None:
-        if config.allow_idle_ranks:
-            choices = [_with_idle_ranks(choice, cost, workloads, degrees) for choice in choices]
-        rounds = tuple(placer.place(choice) for choice in choices)
-        return None if any(r is None for r in rounds) else rounds  # type: ignore[return-value]
+        if thorough:
+            # The layouts found, fastest first: the first whose rounds all fit the catalogue (usually the first).
+            for solved in _solved_rounds(round_search, round_search.facts, lengths, n_ranks, capacity,
+                                         config.max_rounds, extra_rounds=3, floor=search_floor):
+                rounds = placed(exchange_between_rounds(round_search, solved, _EXCHANGE_BUDGET))
+                if rounds is not None:
+                    return rounds
+            return None
+        found, moves = lean_rounds(round_search, round_search.facts, lengths, n_ranks, capacity, config.max_rounds,
+                                   lower_bound, search_floor)
+        return _fastest_placed(round_search, found, moves, placed, search_floor)
 
-    if thorough:
-        rounds = placed(_best_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, extra_rounds=3,
-                                     floor=search_floor))
-    else:
-        found, moves = lean_rounds(solver, facts, lengths, n_ranks, capacity, config.max_rounds, lower_bound,
-                                   search_floor)
-        rounds = _fastest_placed(solver, found, moves, placed, search_floor)
+    rounds = searched(solver, degrees)
+    if rounds is None and not catalogue.contiguous:
+        # Some round of every layout found fits the slot grid in no way: the whole batch searched on the chain, whose
+        # rounds the search may compose differently.
+        rounds = searched(placer.chain(), chain)
     if rounds is None:
-        # No round layout of the search fits the catalogue: the static layouts made of its groups below are the plan.
+        # Still none: the static layouts made of catalogue groups below are the plan.
         logger.warning("FCP planner: no searched layout of %d samples fits the %s; planning a static layout",
                        len(lengths), catalogue.describe())
         rounds = ()
@@ -205,7 +218,7 @@ def plan_batch(
     return plan
 
 
-def _best_rounds(
+def _solved_rounds(
     solver: RoundSolver,
     facts: SampleFacts,
     lengths: list[int],
@@ -214,10 +227,11 @@ def _best_rounds(
     max_rounds: int | None,
     extra_rounds: int,
     floor: RoundFloor = RoundFloor(),
-) -> list[RoundChoice]:
+) -> list[list[RoundChoice]]:
     """Thorough search: solves the batch for several round counts, each with the LPT spread and the
-    fill spread, and keeps the lowest total predicted time (each round counted as `floor` lengthens it)."""
-    best: tuple[float, list[RoundChoice]] | None = None
+    fill spread; the rounds of each, the lowest total predicted time first (each round counted as `floor`
+    lengthens it; ties: the first found)."""
+    found: list[tuple[float, int, list[RoundChoice]]] = []
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = round_limit(lengths, max_rounds)
     min_samples = -(-n_ranks // solver.top_degree)
@@ -228,7 +242,7 @@ def _best_rounds(
     heavy_ms = {i: solver.best_ms(i) for i in heavy}
     anchors = sorted(heavy, key=lambda i: (-heavy_ms[i], i))
     count = tried[0]
-    while count <= limit and (count <= tried[-1] or best is None):
+    while count <= limit and (count <= tried[-1] or not found):
         lpt_spread = spread_over_rounds(facts.device_ms, lengths, count, round_tokens, min_samples)
         fill_spread = None
         if count <= len(anchors):
@@ -240,12 +254,11 @@ def _best_rounds(
             solved = [solver.solve(samples) for samples in spread]
             if all(r is not None for r in solved):
                 total = sum(floor.round_ms(r.makespan) for r in solved)
-                if best is None or total < best[0]:
-                    best = (total, solved)
+                found.append((total, len(found), solved))
         count += 1
-    if best is None:
+    if not found:
         raise no_plan(solver, lengths, n_ranks, capacity, max_rounds)
-    return exchange_between_rounds(solver, best[1], _EXCHANGE_BUDGET)
+    return [solved for _, _, solved in sorted(found, key=lambda entry: entry[:2])]
 
 
 def _fastest_placed(
@@ -341,14 +354,19 @@ class _RoundPlacer:
                 options.append(self._grid_priced([(d, a, g.samples, t)
                                                   for d, t, a, g in zip(*aligned, choice.groups)]))
         if placement is None and self.chain_solver is not None:
-            if self._chain is None:
-                self._chain = self.chain_solver()
-            again = self._chain.solve(sorted(i for g in choice.groups for i in g.samples))
+            again = self.chain().solve(sorted(i for g in choice.groups for i in g.samples))
             if again is not None:
                 options.append(self._grid_priced([(g.degree, g.algo, g.samples, g.predicted_ms)
                                                   for g in again.groups]))
         options = [option for option in options if option is not None]
         return min(options, key=lambda round_and_count: round_and_count[0].predicted_ms) if options else None
+
+    def chain(self) -> RoundSolver:
+        """The search on the catalogue's power-of-two chain (built once)."""
+        if self._chain is None:
+            assert self.chain_solver is not None
+            self._chain = self.chain_solver()
+        return self._chain
 
     def _grid_priced(self, groups: list[tuple[int, str, tuple[int, ...], float]]) -> tuple[RoundPlan, int] | None:
         placement = slot_grid_placement([g[0] for g in groups], self.n_ranks, self.ranks_per_node)
