@@ -134,6 +134,13 @@ class GroupCatalogue:
             found.add(tuple(range(self.num_ranks)))
         return sorted(found)
 
+    @property
+    def guaranteed_degree(self) -> int:
+        """The most ranks a sample may need for every batch to have a plan: the widest static layout of catalogue
+        groups holds any batch whose samples fit it (the planner's last resort); every contiguous range: the
+        largest degree."""
+        return self.max_degree if self.degrees is None else max(self.static_degrees())
+
     def static_degrees(self) -> tuple[int, ...]:
         """Degrees d of the static DP x CP layouts made of catalogue groups (d divides N; its groups at every
         multiple of d are allowed)."""
@@ -169,6 +176,21 @@ def group_catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: 
 
 
 @lru_cache(maxsize=64)
+def budget_guaranteeing(num_ranks: int, max_degree: int, algos: Sequence[str], plane: bool, needed: int) -> int | None:
+    """The smallest budget whose catalogue guarantees a plan to samples of `needed` ranks (`guaranteed_degree`);
+    None when none does (`needed` above `max_degree`)."""
+    if needed > max_degree:
+        return None
+    budget = 1
+    while True:
+        catalogue = group_catalogue(num_ranks, max_degree, budget, algos, plane)
+        if catalogue.guaranteed_degree >= needed:
+            return budget
+        if catalogue.contiguous:
+            return None
+        budget += 1
+
+
 def _catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: tuple[str, ...],
                plane: bool) -> GroupCatalogue:
     if budget is None:
@@ -231,5 +253,5 @@ def _contiguous_counts(num_ranks: int, max_degree: int, plane: bool) -> np.ndarr
     return counts
 
 
-__all__ = ["BUDGET_ABOVE_LOG2", "GroupCatalogue", "default_budget", "extra_degree_candidates",
+__all__ = ["BUDGET_ABOVE_LOG2", "GroupCatalogue", "budget_guaranteeing", "default_budget", "extra_degree_candidates",
            "group_catalogue", "group_communicators", "plan_communicators"]
