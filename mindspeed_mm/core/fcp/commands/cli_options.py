@@ -45,10 +45,11 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """--ranks, --ranks-per-node and --max-degree."""
+    """--ranks, --ranks-per-node, --max-degree and --communicator-budget."""
     parser.add_argument("--ranks", type=positive_int, default=DEFAULT_RANKS, help="FCP ranks (DP x CP plane)")
     add_cli_argument(parser, "fcp_ranks_per_node")
     add_cli_argument(parser, "fcp_max_degree")
+    add_cli_argument(parser, "fcp_communicator_budget", metavar="COMMUNICATORS")
     parser.add_argument(
         "--allow-idle-ranks",
         action="store_true",

@@ -28,6 +28,7 @@ from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
 from mindspeed_mm.core.fcp.solver import SolverConfig
+from mindspeed_mm.core.fcp.solver.communicators import default_budget, group_catalogue
 from mindspeed_mm.core.fcp.solver.plan import AUTO, LOCKSTEP
 from mindspeed_mm_fcp.options import FCP_OPTIONS, OPTIONS_BY_DEST, coerce_option
 
@@ -108,8 +109,9 @@ class FCPOptions:
         algos = self.algos if algos is None else tuple(algos)
         communicators = None
         if num_ranks is not None:
-            catalogue = self.solver_config(num_ranks=num_ranks, ranks_per_node=1,
-                                           step_semantics=step_semantics).catalogue(algos)
+            catalogue = group_catalogue(num_ranks, min(self.max_degree or num_ranks, num_ranks),
+                                        self.communicator_budget or default_budget(num_ranks), algos,
+                                        plane=step_semantics == LOCKSTEP)
             communicators = (catalogue.worst, framework_communicators(num_ranks, tp, pp))
         return build_cost_model(
             preset=self.preset, profile_table=self.profile_table, max_tokens_per_rank=self.max_tokens_per_rank,
@@ -117,14 +119,12 @@ class FCPOptions:
             vision_frozen=vision_frozen, communicators=communicators,
         )
 
-    def solver_config(self, *, num_ranks: int, cost: CostModel | None = None, ranks_per_node: int | None = None,
-                      step_semantics: str = LOCKSTEP, allow_idle_ranks: bool = False) -> SolverConfig:
-        """The solver's view of the cluster: `num_ranks` FCP ranks, the node size (this run's, else `ranks_per_node`,
-        else the cost source's), the largest degree, the communicator budget."""
-        node = self.ranks_per_node or ranks_per_node or (cost.ranks_per_node if cost is not None else None)
-        if node is None:
-            raise ValueError("solver_config needs the cost model or ranks_per_node for the node size")
-        return SolverConfig(num_ranks=num_ranks, ranks_per_node=node, max_degree=self.max_degree,
+    def solver_config(self, *, num_ranks: int, cost: CostModel, step_semantics: str = LOCKSTEP,
+                      allow_idle_ranks: bool = False) -> SolverConfig:
+        """The solver's view of the cluster: `num_ranks` FCP ranks, the node size (this run's or the cost
+        source's), the largest degree, the communicator budget."""
+        return SolverConfig(num_ranks=num_ranks, ranks_per_node=self.ranks_per_node or cost.ranks_per_node,
+                            max_degree=self.max_degree,
                             allow_idle_ranks=allow_idle_ranks, step_semantics=step_semantics,
                             communicator_budget=self.communicator_budget or AUTO)
 
