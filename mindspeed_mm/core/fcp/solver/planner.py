@@ -15,6 +15,13 @@ groups that the moves left could relieve are within `polish_min_gain` of the nex
 prices every group as if placed compactly; its starts are placed fastest first while a start's total
 beats the fastest placed so far, and the fastest as placed is kept (`_fastest_placed`).
 
+Groups come from the run's catalogue (`communicators`): within the communicator budget every rank may join,
+the search uses the catalogue's degrees and rounds are placed on its aligned slot grid; a round whose degrees do not
+fit the grid is placed, where faster, with its groups on powers of two or with its samples searched again on the
+catalogue's powers of two (they always pack); a batch none of whose layouts fits is searched again on them, and the
+static layouts of catalogue groups are the last resort. Where every contiguous range fits the budget (small planes)
+placement is free, as without a budget.
+
 Under FSDP (lockstep rounds) with step figures in the cost model, round counts are compared with each
 round counted at least its parameter traffic (`fsdp_round_ms`), the time it really takes. The plan is then
 weighed against every static DP x CP layout of the batch (`static_alternatives`) and the faster kept: in
@@ -81,8 +88,11 @@ def plan_batch(
     """Plans one global batch: rounds of contiguous CP groups covering all `config.num_ranks` ranks.
 
     `lengths[i]` is sample i's LLM tokens, `patches[i]` its vision-encoder patches (optional). Raises
-    ValueError on an empty batch or a bad length / patch count (naming the sample index) and
-    `InfeasibleSampleError` when a sample needs more ranks than `config.max_degree` allows.
+    ValueError on an empty batch or a bad length / patch count (naming the sample index),
+    `InfeasibleSampleError` when a sample needs more ranks than `config.max_degree` allows (a
+    `CommunicatorBudgetError` when the budget's groups are narrower than that), and `NoLayoutInBudgetError`
+    when no layout of the batch fits the budget's groups (only where no static layout of them holds the longest
+    sample: a largest degree that is not a power of two).
     """
     started = time.perf_counter()
     length_arr = checked_counts(lengths, "length", 1)
