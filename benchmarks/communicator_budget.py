@@ -8,8 +8,9 @@ of the median rank after 300 steps and at the end, the step when the worst rank 
 time summed over the steps (budget against unbounded, on the same batches), and the planner's process time per
 step (p50 / p95; with drift it includes rebuilding the recalibrated cost model).
 
-    python benchmarks/communicator_budget.py run --ranks 64 --steps 3000 -o runs_64.json
-    python benchmarks/communicator_budget.py run --ranks 1024 --steps 300 --no-drift-steps 300 -o runs_1024.json
+    python benchmarks/communicator_budget.py run --ranks 64 --steps 300 -o runs_64.json
+    python benchmarks/communicator_budget.py run --ranks 64 --steps 3000 --drift-only --workloads openvid imagevideo \
+        -o long_64.json
     python benchmarks/communicator_budget.py cost --ranks 64 256 --steps 100 -o cost.json
     python benchmarks/communicator_budget.py report runs_*.json cost.json > benchmarks/results/communicator_budget.md
 """
@@ -25,6 +26,7 @@ import time
 import numpy as np
 
 from mindspeed_mm.core.fcp.cost import CostModel
+from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 from mindspeed_mm.core.fcp.simulate.long_run import Drift, LongRun, simulate_long_run
 from mindspeed_mm.core.fcp.simulate.mixes import WORKLOADS
 from mindspeed_mm.core.fcp.solver import SolverConfig
@@ -61,7 +63,7 @@ def run_part(args: argparse.Namespace) -> list[dict]:
     for ranks in args.ranks:
         cost = CostModel.from_preset(args.preset, shard_ranks=ranks)
         for workload in args.workloads:
-            for drift in (False, True):
+            for drift in (True,) if args.drift_only else (False,) if args.no_drift else (False, True):
                 steps = args.steps if drift else (args.no_drift_steps or args.steps)
                 for budget in (None, AUTO):
                     config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node, communicator_budget=budget)
@@ -89,9 +91,16 @@ def cost_part(args: argparse.Namespace) -> list[dict]:
                                                 seed=args.seed)
                         step_ms[budget], worst[budget] = np.array(run.step_ms), run.worst
                     after, before = step_ms[AUTO], step_ms[None]
+                    # The run's own cost model: its memory limit also sets aside the communicators' buffers (NPUs).
+                    buffered = FCPOptions(preset=preset).cost_model(num_ranks=ranks)
+                    with_buffers = np.array(simulate_long_run(
+                        buffered, SolverConfig(ranks, ranks_per_node=cost.ranks_per_node), workload, args.steps,
+                        samples_per_rank=per_rank, seed=args.seed).step_ms)
                     results.append({"preset": preset, "ranks": ranks, "samples_per_rank": per_rank,
                                     "workload": workload, "steps": args.steps,
                                     "cost": float(after.sum() / before.sum() - 1),
+                                    "cost_with_buffers": float(with_buffers.sum() / before.sum() - 1),
+                                    "capacity": cost.capacity_tokens, "capacity_with_buffers": buffered.capacity_tokens,
                                     "worst_step": float((after / before - 1).max()),
                                     "better_steps": int((after < before * (1 - 1e-9)).sum()),
                                     "worse_steps": int((after > before * (1 + 1e-9)).sum()),
@@ -142,13 +151,15 @@ def report(paths: list[str]) -> str:
                          f"{after['planner_p95_ms']:.1f} |")
     if costs:
         lines += ["", "| preset | ranks | samples per rank | workload | steps | predicted step time, budget vs "
-                  "unbounded | worst step | steps slower / faster | worst rank's communicators (unbounded / budget) |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "unbounded | worst step | steps slower / faster | worst rank's communicators (unbounded / budget) | "
+                  "tokens per rank (buffers set aside) | budget and buffers vs unbounded |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in sorted(costs, key=lambda c: (c["preset"], c["ranks"], -c["samples_per_rank"],
                                               WORKLOADS.index(c["workload"]))):
             lines.append(f"| {c['preset']} | {c['ranks']} | {c['samples_per_rank']} | {c['workload']} | {c['steps']} | "
                          f"{100 * c['cost']:+.3f}% | {100 * c['worst_step']:+.2f}% | {c['worse_steps']} / "
-                         f"{c['better_steps']} | {c['worst_unbounded']} / {c['worst_budget']} |")
+                         f"{c['better_steps']} | {c['worst_unbounded']} / {c['worst_budget']} | "
+                         f"{c['capacity']:,} ({c['capacity_with_buffers']:,}) | {100 * c['cost_with_buffers']:+.3f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +170,8 @@ def main() -> None:
     run.add_argument("--ranks", type=int, nargs="+", default=[64])
     run.add_argument("--steps", type=int, default=3000, help="steps of the runs with drift (and without, by default)")
     run.add_argument("--no-drift-steps", type=int, default=None, help="steps of the runs without drift")
+    run.add_argument("--drift-only", action="store_true", help="only the runs with a drifting model")
+    run.add_argument("--no-drift", action="store_true", help="only the runs without drift")
     run.add_argument("--samples-per-rank", type=int, default=8)
     run.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     run.add_argument("--preset", default=PRESET)
