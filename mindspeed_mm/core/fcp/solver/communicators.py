@@ -12,7 +12,8 @@ over all ranks exchange on) included:
 - otherwise groups lie on the aligned slot grid (`placement.slot_grid_placement`: a group of d ranks starts at a
   multiple of the next power of two, so a rank is in at most one group of each degree). The allowed degrees are
   the powers of two up to the largest degree (`chain`: they always pack, so the planner can always fall back on
-  them), then, while the budget allows, the extra degrees in the order of `extra_degree_candidates`.
+  them), then, while the budget allows, the extra degrees in the order of `extra_degree_candidates` (3 x 2^k
+  first: a group of 3 x 2^k ranks leaves the rest of its slot to one power-of-two group of 2^k).
 
 Being fixed at start, the catalogue is the same on every rank and in a resumed run, `prewarm` can create all of
 it, and the memory model counts exactly the communicators a rank may hold (`worst`).
@@ -24,6 +25,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+
 import numpy as np
 
 from mindspeed_mm.core.fcp.solver.placement import slot_of
@@ -58,8 +60,8 @@ def plan_communicators(plan: Plan) -> set[tuple[int, ...]]:
 
 def extra_degree_candidates(max_degree: int) -> Iterator[int]:
     """The degrees other than powers of two, in the order the budget admits them: 3 x 2^k, then 5 x 2^k, 7 x 2^k,
-    ... each smallest first, up to `max_degree` (3, 6, 12, 24, ... first: with them no degree is more than 4/3 of
-    the next smaller allowed one)."""
+    ... each smallest first, up to `max_degree` (3, 6, 12, 24, ... first: with the powers of two no allowed degree is
+    then more than 1.5 times the next smaller one)."""
     for odd in range(3, max_degree + 1, 2):
         degree = odd
         while degree <= max_degree:
