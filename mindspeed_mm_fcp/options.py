@@ -135,8 +135,13 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
     FCPOption("fcp_async_planning", str_to_bool, True, "Plan step t+1 in a background thread while step t runs.",
               is_flag=True),
     FCPOption("fcp_group_pool", str, "lazy",
-              "lazy: create a CP group before the first step whose plan uses it; prewarm: create every group of "
-              "2..max-degree contiguous ranks at start-up.", choices=GROUP_POOL_POLICIES),
+              "lazy: create a CP group (and make it ready with a first collective) before the first step whose plan "
+              "uses it; prewarm: every group the communicator budget allows, at start-up.", choices=GROUP_POOL_POLICIES),
+    FCPOption("fcp_communicator_budget", positive_int, None,
+              "Communicators (CP groups, the DP x CP plane's own group included) one rank may join over the whole run "
+              "(default: ceil(log2 N) + 4 for N FCP ranks). Plans use a fixed set of groups on an aligned grid within "
+              "it; on NPUs the memory limit sets aside 2 x HCCL_BUFFSIZE per communicator.",
+              cli_flag="--communicator-budget"),
     FCPOption("fcp_ranks_per_node", positive_int, None,
               "Ranks sharing a node's fast link (default: that of the profile table's or preset's hardware); "
               "groups that fit in a node are kept inside one.", cli_flag="--ranks-per-node"),

@@ -77,6 +77,20 @@ def test_the_log_shows_each_rounds_groups_with_multi_rank_and_odd_degrees(runs) 
     assert "FCPBatchSampler plans 16 samples" in runs["fcp_fsdp2"].text
 
 
+FRAMEWORK_LINE = re.compile(r"FCP: rank (\d+) holds (\d+) MindSpeed / Megatron communicators; the memory limit "
+                            r"sets aside buffers for (\d+)")
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_the_memory_model_counts_the_communicators_the_upstream_path_creates(runs, parallel) -> None:
+    """The process groups of more than one rank each rank holds when FCP starts (MindSpeed's and Megatron's, less
+    Megatron's gloo copies) are those `framework_communicators` counts for the memory limit."""
+    found = {int(rank): (int(held), int(assumed)) for rank, held, assumed in
+             FRAMEWORK_LINE.findall(runs[f"fcp_{parallel}"].text)}
+    assert sorted(found) == [0, 1, 2, 3]
+    assert all(held == assumed for held, assumed in found.values()), found
+
+
 @pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
 def test_fcp_ring_blocks_ran_on_the_npu_kernel_through_fcps_adapter(upstream_bed, runs, parallel) -> None:
     text = runs[f"fcp_{parallel}"].text

@@ -50,6 +50,7 @@ def validate_fcp_args(args: argparse.Namespace) -> None:
             f"(world size / (--tensor-model-parallel-size x --pipeline-model-parallel-size))")
     if args.fcp_attention_algo == "ulysses":
         _check_ulysses_has_a_degree(args, args.fcp_max_degree or ranks)
+    _check_communicator_memory(args, ranks)
 
 
 def _check_unknown_fcp_options(args: argparse.Namespace) -> None:
@@ -172,3 +173,16 @@ def _check_ulysses_has_a_degree(args: argparse.Namespace, max_degree: int) -> No
             f"--fcp-attention-algo ulysses: no CP degree in 2..{max_degree} divides the "
             f"{heads_per_tp_rank} attention heads per TP rank (--num-attention-heads={heads}, "
             f"--tensor-model-parallel-size={args.tensor_model_parallel_size}); use ring or auto")
+
+
+def _check_communicator_memory(args: argparse.Namespace, ranks: int) -> None:
+    """On HCCL, the buffers of the communicators a rank may hold (FCP's within --fcp-communicator-budget and
+    MindSpeed / Megatron's) must leave memory for the model, and HCCL_BUFFSIZE must be readable."""
+    from mindspeed_mm.core.fcp.cost.communicator_memory import CommunicatorMemoryError
+    from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
+
+    try:
+        FCPOptions.from_namespace(args).cost_model(num_ranks=ranks,
+                                                   tp=int(getattr(args, "tensor_model_parallel_size", 1) or 1))
+    except CommunicatorMemoryError as err:
+        raise FCPArgumentError(str(err)) from None

@@ -18,6 +18,7 @@ VALID = {
     "fcp_max_tokens_per_rank": "30000",
     "fcp_ranks_per_node": "8",
     "fcp_max_degree": "16",
+    "fcp_communicator_budget": "12",
 }
 """One accepted value per CLI option."""
 INVALID = {
@@ -26,6 +27,7 @@ INVALID = {
     "fcp_max_tokens_per_rank": ("0", "-5", "x", "1.5"),
     "fcp_ranks_per_node": ("0", "x"),
     "fcp_max_degree": ("0", "x"),
+    "fcp_communicator_budget": ("0", "-1", "x"),
 }
 """Values the option's parse refuses (argparse's plain int or str would take most of them)."""
 CLI_CONVERSIONS = {"fcp_profile_table": Path}
@@ -67,6 +69,7 @@ def test_the_cli_flags_and_dests_are_the_commands_names() -> None:
         "fcp_max_tokens_per_rank": ("--max-tokens-per-rank", "max_tokens_per_rank"),
         "fcp_ranks_per_node": ("--ranks-per-node", "ranks_per_node"),
         "fcp_max_degree": ("--max-degree", "max_degree"),
+        "fcp_communicator_budget": ("--communicator-budget", "communicator_budget"),
     }
     assert set(VALID) == set(INVALID) == {option.dest for option in CLI_OPTIONS}
 

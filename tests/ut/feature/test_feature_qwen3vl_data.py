@@ -16,7 +16,9 @@ from mindspeed_mm.features_manager.fcp.qwen3vl.data import (
     register_training_plans,
 )
 from mindspeed_mm.features_manager.fcp.qwen3vl.round_loader import FCPRoundLoader
-from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import FCPDataError, GlobalBatchOrder, StepPlans
+from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import (
+    FCPDataError, GlobalBatchOrder, StepPlans, check_budget_holds_the_longest,
+)
 from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout, FCPRuntime
 
 
@@ -129,6 +131,22 @@ def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> No
     with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens after vision-token "
                                            r"expansion, 3600 vision patches\) does not fit"):
         priced.plan(1, "runtime")
+
+
+def test_a_budget_that_cannot_hold_the_longest_sample_stops_at_start_naming_the_option() -> None:
+    from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
+
+    # 64 ranks, groups of at most 12: on the slot grid the budget's powers of two hold any batch up to 8 ranks.
+    planner = FCPOptions(preset="cpu-tiny", max_degree=12).batch_planner(num_ranks=64)
+    capacity = planner.cost.capacity_tokens
+    check_budget_holds_the_longest([capacity] * 5 + [8 * capacity], planner)
+    with pytest.raises(FCPDataError, match=r"training sample 3 of the dataset \(\d+ tokens\) needs a group of 10 "
+                                           r"ranks .* fcp_communicator_budget=10 .* at most 8 ranks: raise "
+                                           r"fcp_communicator_budget to at least \d+, or set fcp_max_degree to a "
+                                           r"power of two at least 10"):
+        check_budget_holds_the_longest([capacity] * 3 + [10 * capacity - 1, capacity], planner)
+    wider = FCPOptions(preset="cpu-tiny", max_degree=16).batch_planner(num_ranks=64)
+    check_budget_holds_the_longest([10 * capacity - 1], wider)
 
 
 def test_packing_concatenates_sequences_and_media_and_strips_trailing_padding() -> None:

@@ -224,3 +224,23 @@ def test_an_attention_kernel_that_is_not_installed_is_refused_at_validation_nami
                                                "torch_varlen, flash_attn, torch"):
         validate_fcp_args(args)
     validate_fcp_args(parse("--fcp-preset", "cpu-tiny", "--fcp-attention-kernel", "torch"))
+
+
+def test_an_unreadable_hccl_buffer_size_stops_at_validation_naming_the_variable(monkeypatch):
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", *QWEN3VL_8B, world_size=64)
+    monkeypatch.setenv("HCCL_BUFFSIZE", "200MB")
+    with pytest.raises(FCPArgumentError, match=r"HCCL_BUFFSIZE='200MB' is not a whole number of MB"):
+        validate_fcp_args(args)
+    # A CPU (gloo) run keeps no HCCL buffers: the variable is not read.
+    validate_fcp_args(parse("--fcp-preset", "cpu-tiny"))
+
+
+def test_communicator_buffers_that_do_not_fit_stop_at_validation_with_the_figures(monkeypatch):
+    monkeypatch.setenv("HCCL_BUFFSIZE", "200")
+    validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b", *QWEN3VL_8B, world_size=64))
+    monkeypatch.setenv("HCCL_BUFFSIZE", "1000")
+    args = parse("--fcp-preset", "a3-qwen3vl-8b", *QWEN3VL_8B, "--fcp-communicator-budget", "40", world_size=64)
+    with pytest.raises(FCPArgumentError, match=r"40 FCP \+ 6 MindSpeed / Megatron communicators x 2 x "
+                                               r"HCCL_BUFFSIZE=1000 MB = 89.84 GiB.*lower the communicator budget "
+                                               r"\(fcp_communicator_budget"):
+        validate_fcp_args(args)

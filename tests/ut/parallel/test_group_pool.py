@@ -1,4 +1,5 @@
-"""CommGroupPool on 6 gloo ranks: concurrent groups of different sizes, changing layouts, bounds, errors."""
+"""CommGroupPool on 6 gloo ranks: concurrent groups of different sizes, changing layouts, bounds, errors; the
+runtime's prewarm of the groups its communicator budget allows."""
 from __future__ import annotations
 
 import pytest
@@ -60,7 +61,8 @@ def _pool_world(rank: int, world_size: int) -> dict:
         except (ValueError, CommGroupPoolFullError) as error:
             errors[name] = f"{type(error).__name__}: {error}"
 
-    return {"group_ids": group_ids, "held": held, "errors": errors, "first_cached": pool.get(range(world_size)) is first}
+    return {"group_ids": group_ids, "held": held, "errors": errors, "first_cached": pool.get(range(world_size)) is first,
+            "runtime": _prewarmed_runtime(rank, world_size)}
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,44 @@ def test_bad_requests_and_full_pool_raise_clear_errors(results: list[dict]) -> N
         assert "[0, 6)" in errors["out_of_range"]
         assert "has not been created" in errors["not_created"]
         assert errors["prewarm_full"].startswith("CommGroupPoolFullError: creating 3 more groups")
+
+
+def _prewarmed_runtime(rank: int, world_size: int) -> dict:
+    """The runtime's prewarm on a plane of all ranks: every catalogue group created and made ready by a first
+    collective of its members, in one order on every rank; a step within the catalogue creates nothing more."""
+    from plan_fakes import make_plan
+    from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRankLayout, FCPRuntime, FCPRuntimeSettings
+
+    first_collectives = []
+    all_reduce = dist.all_reduce
+
+    def recording(tensor, *args, group=None, **kwargs):
+        first_collectives.append(tuple(dist.get_process_group_ranks(group)) if group is not None else ())
+        return all_reduce(tensor, *args, group=group, **kwargs)
+
+    dist.all_reduce = recording
+    try:
+        runtime = FCPRuntime(FCPRuntimeSettings(group_pool="prewarm"))
+        runtime.set_layout(FCPRankLayout(planes=(tuple(range(world_size)),), rank=rank))
+        held = runtime.groups.num_communicators
+        made_ready = list(first_collectives)
+        plan = make_plan([[((0, 1, 2), "ring", (0,)), ((3,), "ring", (1,)), ((4, 5), "ulysses", (2,))]],
+                         num_ranks=world_size)
+        runtime.begin_step(plan)
+        for _ in range(plan.num_rounds):
+            runtime.next_round()
+        runtime.end_step()
+    finally:
+        dist.all_reduce = all_reduce
+    catalogue = runtime.catalogue
+    return {"made_ready": made_ready, "held": held, "after_step": runtime.groups.num_communicators,
+            "joined": [c for c in catalogue.communicators() if rank in c], "count": catalogue.counts[rank],
+            "budget": catalogue.budget, "degrees": catalogue.degrees}
+
+
+def test_prewarm_makes_every_group_of_the_budget_ready_and_holds_the_bound(results: list[dict]) -> None:
+    for rank, result in enumerate(result["runtime"] for result in results):
+        # 6 ranks: ceil(log2 6) + 4 = 7 communicators; every contiguous range would put 11 on ranks 2 and 3.
+        assert result["budget"] == 7 and result["degrees"] == (2, 3, 4, 5, 6)
+        assert result["joined"] and result["made_ready"] == result["joined"]  # one first collective each, in order
+        assert result["held"] == result["after_step"] == result["count"] <= result["budget"]

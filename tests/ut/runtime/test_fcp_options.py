@@ -52,10 +52,12 @@ def test_planner_from_args_matches_fcp_train_planner() -> None:
 
 
 def test_options_reach_the_cost_model_and_solver(tmp_path) -> None:
+    # 12 ranks, groups of up to 6: every contiguous range fits a budget of 21 communicators per rank.
     args = parse("--fcp-preset", "a3-qwen3vl-8b", "--fcp-attention-algo", "ring", "--fcp-max-degree", "6",
-                 "--fcp-ranks-per-node", "4", "--fcp-max-tokens-per-rank", "1000")
+                 "--fcp-ranks-per-node", "4", "--fcp-max-tokens-per-rank", "1000", "--fcp-communicator-budget", "21")
     planner = planner_from_args(args, 12)
     assert (planner.solver_config.max_degree, planner.solver_config.ranks_per_node) == (6, 4)
+    assert planner.solver_config.catalogue(planner.cost.algos).contiguous
     assert planner.cost.capacity_tokens == 1000
     plan = planner.plan([3000, 200, 5000, 800, 100, 2500])
     assert {g.algo for r in plan.rounds for g in r.groups if g.degree > 1} <= {"ring"}

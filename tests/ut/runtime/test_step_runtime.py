@@ -8,7 +8,8 @@ import torch
 
 from distributed_utils import run_distributed
 from plan_fakes import make_plan
-from mindspeed_mm.core.fcp.parallel import contiguous_rank_ranges, zigzag_positions, zigzag_unshard
+from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_unshard
+from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
 from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.sandbox.packed_shard import shard_packed_batch
 from mindspeed_mm.features_manager.fcp.megatron.schedule import fcp_forward_backward
@@ -60,8 +61,23 @@ def test_plan_for_another_plane_size_is_refused() -> None:
         rounds_of_rank(PLAN_4, FCPRankLayout(planes=((0, 1),), rank=0))
 
 
-def test_contiguous_rank_ranges() -> None:
-    assert contiguous_rank_ranges(4, 3) == [(0, 1), (1, 2), (2, 3), (0, 1, 2), (1, 2, 3)]
+def test_the_runtime_allows_the_groups_its_planner_may_use() -> None:
+    from mindspeed_mm.core.fcp.solver import SolverConfig
+
+    settings = FCPRuntimeSettings()
+    # Four ranks: every contiguous range fits the default budget of 6 (the plane's group is the range of 4).
+    assert settings.catalogue(4).groups() == [(0, 1), (1, 2), (2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2, 3)]
+    assert settings.catalogue(64) == SolverConfig(64).catalogue(settings.algos)
+    assert FCPRuntimeSettings(plane_group=False, max_degree=8).catalogue(64) == \
+        SolverConfig(64, max_degree=8, vision_over_round=False).catalogue(settings.algos)
+    # A plan with a group off the slot grid (degree 3 from rank 1) is refused before its groups are created.
+    runtime = FCPRuntime()
+    runtime.layout = FCPRankLayout(planes=(tuple(range(8)),), rank=0)
+    off_grid = make_plan([[((0,), "ring", (0,)), ((1, 2, 3), "ring", (1,)), ((4, 5, 6, 7), "ring", (2,))]],
+                         num_ranks=8)
+    with pytest.raises(FCPRuntimeError, match=r"step 1: round 0, group on ranks 1..3: not one of the run's groups "
+                                              r"of degrees 2, 3, 4, 5, 6, 7, 8 on the aligned slot grid"):
+        runtime.begin_step(off_grid)
 
 
 def test_settings_name_bad_values() -> None:
@@ -217,10 +233,14 @@ def _tp2_layout_and_groups(rank: int, world_size: int) -> dict[str, Any]:
     from mindspeed_mm.features_manager.fcp.megatron.model_parallel import initialize_model_parallel_wrapper
     from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
 
+    from mindspeed_mm.core.fcp.runtime.step_runtime import framework_communicators_held
+
     runtime = reset_fcp_runtime(FCPRuntimeSettings(group_pool="prewarm", max_degree=2))
     initialize_model_parallel_wrapper(parallel_state.initialize_model_parallel)(tensor_model_parallel_size=2)
     assert get_fcp_runtime() is runtime
     layout = runtime.require_layout()
+    # Megatron's own groups and the world group, FCP's prewarmed ones left out.
+    framework = framework_communicators_held(rank) - runtime.groups.num_communicators
     prewarmed = runtime.groups.num_communicators
     plan = make_plan([[((0, 1), "ring", (0,))], [((0,), "ring", (1,)), ((1,), "ring", (2,))]], num_ranks=2)
     rounds = runtime.begin_step(plan)
@@ -245,7 +265,7 @@ def _tp2_layout_and_groups(rank: int, world_size: int) -> dict[str, Any]:
         measuring.next_round()
     measuring.end_step()
     parallel_state.destroy_model_parallel()
-    return {"planes": layout.planes, "fcp_rank": layout.fcp_rank, "prewarmed": prewarmed,
+    return {"planes": layout.planes, "fcp_rank": layout.fcp_rank, "prewarmed": prewarmed, "framework": framework,
             "groups": [r.group_ranks for r in rounds], "sums": sums, "measured": source.measured}
 
 
@@ -279,6 +299,8 @@ def test_tensor_parallel_planes_and_their_groups_on_four_processes() -> None:
         assert result["planes"] == ((0, 2), (1, 3))
         assert result["fcp_rank"] == plane.index(rank)
         assert result["prewarmed"] == 1, "prewarm creates the one degree-2 group of this rank's plane"
+        # Megatron-core 0.12.1's real initialize_model_parallel: the groups the memory model counts.
+        assert result["framework"] == framework_communicators(2, tp=2) == 12
         assert result["groups"] == [plane, (rank,)]
         assert result["sums"] == [float(sum(r + 1 for r in plane)), float(rank + 1)]
         # FCP rank 0 is global rank 0 in one plane and 1 in the other (FCP rank 1: global 2 and 3); its time is

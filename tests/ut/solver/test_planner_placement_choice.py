@@ -1,5 +1,6 @@
 """The planner keeps the fastest of its large-batch starts as placed: the search prices every group as
-if placed compactly, and a start whose groups land across node boundaries can lose its lead."""
+if placed compactly, and a start whose groups land across node boundaries can lose its lead. These are plans of
+contiguous placement (no communicator budget): the slot grid keeps groups of up to a node's ranks inside one."""
 import pytest
 
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
@@ -11,16 +12,17 @@ from scenario_costs import a3_scenario
 def _placed_rounds(monkeypatch, ranks, lengths, patches):
     cost = a3_scenario(shard_ranks=ranks)
     # The search of each group's media on its own members (the search as it sees the samples' patches).
-    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node, vision_over_round=False)
+    config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node, vision_over_round=False,
+                          communicator_budget=None)
     placed = []
-    place = planner._placed_round
+    place = planner._RoundPlacer.place
 
-    def recording(choice, *args, **kwargs):
-        out = place(choice, *args, **kwargs)
+    def recording(self, choice):
+        out = place(self, choice)
         placed.append((choice.makespan, out[0].predicted_ms))
         return out
 
-    monkeypatch.setattr(planner, "_placed_round", recording)
+    monkeypatch.setattr(planner._RoundPlacer, "place", recording)
     # The search's own rounds as it priced them: not a static layout that may replace them, nor their price in
     # the encoder and decoder phases of lockstep rounds (`vision_phases`, tested on its own).
     monkeypatch.setattr(planner, "fastest_for_lockstep_rounds", lambda plan, *args, **kwargs: plan)
@@ -57,7 +59,7 @@ def test_where_groups_must_cross_node_boundaries_the_faster_choice_of_them_is_ke
     # out by size alone, a 4-rank ring group of 19 samples crosses a node boundary and sets the round at
     # 5,152 ms; letting the fastest groups cross instead gives 4,901 ms.
     cost = a3_scenario(shard_ranks=256)
-    config = SolverConfig(256, ranks_per_node=cost.ranks_per_node)
+    config = SolverConfig(256, ranks_per_node=cost.ranks_per_node, communicator_budget=None)
     lengths, patches = draw_lengths("imagevideo", 512, 0)
     plan = plan_batch(lengths.tolist(), cost, config, patches=patches.tolist())
     validate_plan(plan, lengths.tolist(), cost, patches.tolist(), priced=True)

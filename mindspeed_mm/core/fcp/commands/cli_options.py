@@ -49,10 +49,11 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """--ranks, --ranks-per-node and --max-degree."""
+    """--ranks, --ranks-per-node, --max-degree and --communicator-budget."""
     parser.add_argument("--ranks", type=positive_int, default=DEFAULT_RANKS, help="FCP ranks (DP x CP plane)")
     add_cli_argument(parser, "fcp_ranks_per_node")
     add_cli_argument(parser, "fcp_max_degree")
+    add_cli_argument(parser, "fcp_communicator_budget", metavar="COMMUNICATORS")
     parser.add_argument(
         "--allow-idle-ranks",
         action="store_true",
@@ -70,7 +71,7 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
     expert_parallel = getattr(args, "expert_parallel", 1)
     if options.profile_table is not None:
         try:
-            return options.cost_model(num_ranks=None, expert_parallel=expert_parallel)
+            return options.cost_model(num_ranks=ranks, expert_parallel=expert_parallel)
         except (ValueError, KeyError) as err:
             raise ValueError(f"--profile {args.profile}: {err}") from None
     preset = options.preset

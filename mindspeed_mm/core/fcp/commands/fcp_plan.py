@@ -126,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
         f"FCP plan for {description} on {config.num_ranks} ranks ({config.ranks_per_node} per node), "
         f"{source}, {cost.capacity_tokens:,d} tokens per rank"
     )
+    buffers = cost.table.provenance.get("communicator_buffers")
+    print(f"CP groups: {config.catalogue(cost.algos).describe()}"
+          + (f"; buffers set aside: {buffers}" if buffers else ""))
     for line in format_plan(plan, lengths):
         print(line)
     print(f"predicted step time  {plan.predicted_ms:,.1f} ms over {plan.num_rounds} rounds in lockstep")

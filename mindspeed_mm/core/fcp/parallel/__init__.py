@@ -1,11 +1,7 @@
 """Distributed attention for FCP groups: zigzag sharding, ring / Ulysses attention, kernels, group pool."""
 from mindspeed_mm.core.fcp.parallel.attention import ATTENTION_ALGOS, fcp_attention
 from mindspeed_mm.core.fcp.parallel.collectives import CommStats
-from mindspeed_mm.core.fcp.parallel.group_pool import (
-    CommGroupPool,
-    CommGroupPoolFullError,
-    contiguous_rank_ranges,
-)
+from mindspeed_mm.core.fcp.parallel.group_pool import CommGroupPool, CommGroupPoolFullError
 from mindspeed_mm.core.fcp.parallel.zigzag import (
     RankShard,
     ZigzagLayout,
@@ -22,7 +18,6 @@ __all__ = [
     "CommStats",
     "RankShard",
     "ZigzagLayout",
-    "contiguous_rank_ranges",
     "fcp_attention",
     "zigzag_layout",
     "zigzag_positions",

@@ -1,9 +1,14 @@
 """Pool of the CP process groups that FCP layouts use, created once and reused every round.
 
 Groups are created collectively: every process calls :meth:`CommGroupPool.prewarm` with the same
-candidates (at start-up with every group the placement can produce, or before a step with the
+candidates (at start-up with every group of the run's catalogue, or before a step with the
 groups of that step's plan), and each missing candidate is created with
-``new_group(ranks, use_local_synchronization=False)`` in one sorted order on all processes.
+``new_group(ranks, use_local_synchronization=False)`` in one sorted order on all processes. A group
+is then made ready by a first collective of its members (HCCL and NCCL set a communicator up, and
+allocate its buffers, at its first collective, not when the group object is created): each process
+runs one on every new group it belongs to, in that same order, so that every group's first
+collective finds all its members (the earliest group not yet done has all its members past the
+groups before it).
 
 Creation by the members alone (``use_local_synchronization=True``) is deliberately not offered:
 torch (2.13 here) names such a group after its ranks *and the number of process groups the calling
@@ -19,20 +24,14 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.parallel.device import collective_device
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_COMMUNICATORS = 256
-
-
-def contiguous_rank_ranges(num_ranks: int, max_degree: int) -> list[tuple[int, ...]]:
-    """Every contiguous range of 2..max_degree of ``num_ranks`` ranks: the multi-rank groups a plan can use."""
-    return [
-        tuple(range(first, first + degree))
-        for degree in range(2, max_degree + 1)
-        for first in range(0, num_ranks - degree + 1)
-    ]
 
 
 class CommGroupPoolFullError(RuntimeError):
@@ -93,7 +92,8 @@ class CommGroupPool:
                          f"prewarm() with it (e.g. with the step's plan) before it is used")
 
     def prewarm(self, candidates: Iterable[Sequence[int]]) -> int:
-        """Create the candidates not created yet; every process must call this with the same candidates.
+        """Create the candidates not created yet and make them ready (a first collective of each); every process
+        must call this with the same candidates.
 
         Returns how many new groups this process became a member of.
         """
@@ -107,18 +107,27 @@ class CommGroupPool:
                 f"creating {len(missing)} more groups would make {len(self._created) + len(missing)}, "
                 f"above max_communicators={self.max_communicators}"
             )
-        joined = 0
+        joined = []
         for key in missing:
             group = dist.new_group(list(key), backend=self.backend, use_local_synchronization=False,
                                    timeout=None if self.timeout_s is None else timedelta(seconds=self.timeout_s))
             self._created.add(key)
             if me in key:
                 self._groups[key] = group
-                joined += 1
+                joined.append(key)
+        for key in joined:  # in the creation order, on every process
+            self._make_ready(self._groups[key])
         if missing:
-            logger.debug("created %d process groups (%d joined); pool holds %d", len(missing), joined,
-                         len(self._groups))
-        return joined
+            logger.debug("created %d process groups (%d joined, made ready); pool holds %d", len(missing),
+                         len(joined), len(self._groups))
+        return len(joined)
+
+    @staticmethod
+    def _make_ready(group: dist.ProcessGroup) -> None:
+        """A first collective on `group`, which sets its communicator up (a one-element all-reduce)."""
+        if dist.get_world_size(group) < 2:
+            return
+        dist.all_reduce(torch.zeros(1, device=collective_device(group)), group=group)
 
     def _key(self, ranks: Sequence[int]) -> tuple[int, ...]:
         key = tuple(sorted(int(rank) for rank in ranks))

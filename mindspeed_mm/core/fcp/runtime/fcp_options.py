@@ -22,12 +22,14 @@ from typing import Any
 from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
+from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
 from mindspeed_mm.core.fcp.solver import SolverConfig
-from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP
+from mindspeed_mm.core.fcp.solver.communicators import default_budget, group_catalogue
+from mindspeed_mm.core.fcp.solver.plan import AUTO, LOCKSTEP
 from mindspeed_mm_fcp.options import FCP_OPTIONS, OPTIONS_BY_DEST, coerce_option
 
 def _option(dest: str) -> Any:
@@ -55,6 +57,8 @@ class FCPOptions:
     """Plan step t+1 in a background thread while step t runs."""
     group_pool: str = _option("fcp_group_pool")
     """`lazy` or `prewarm` creation of the CP groups."""
+    communicator_budget: int | None = _option("fcp_communicator_budget")
+    """Communicators one rank may join; None: ceil(log2 N) + 4 (`SolverConfig.communicator_budget`)."""
     ranks_per_node: int | None = _option("fcp_ranks_per_node")
     """Ranks sharing a node's fast link; None: the cost source's."""
     log_plan: bool = _option("fcp_log_plan")
@@ -96,25 +100,34 @@ class FCPOptions:
 
     def cost_model(self, *, num_ranks: int | None, tp: int = 1, pp: int = 1,
                    algos: Sequence[str] | None = None, vision_frozen: bool = False,
-                   expert_parallel: int = 1) -> CostModel:
+                   step_semantics: str = LOCKSTEP, expert_parallel: int = 1) -> CostModel:
         """The cost model of the profile table, else of the preset (its model state sharded over the `num_ranks`
         FCP ranks, at tensor / pipeline sizes `tp` / `pp`); `algos` restricts the algorithms (default: `algos`);
         `vision_frozen`: the run does not train the vision tower; `expert_parallel`: ranks the run splits a
-        mixture-of-experts model's experts over."""
+        mixture-of-experts model's experts over. With `num_ranks` known, the memory limit sets aside the buffers of
+        the communicators a rank may hold (`cost.communicator_memory`): the FCP groups its plans (`step_semantics`)
+        may use within the budget and MindSpeed / Megatron's."""
+        algos = self.algos if algos is None else tuple(algos)
+        communicators = None
+        if num_ranks is not None:
+            catalogue = group_catalogue(num_ranks, min(self.max_degree or num_ranks, num_ranks),
+                                        self.communicator_budget or default_budget(num_ranks), algos,
+                                        plane=step_semantics == LOCKSTEP)
+            communicators = (catalogue.worst, framework_communicators(num_ranks, tp, pp))
         return build_cost_model(
             preset=self.preset, profile_table=self.profile_table, max_tokens_per_rank=self.max_tokens_per_rank,
-            algos=self.algos if algos is None else tuple(algos), shard_ranks=num_ranks,
-            ranks_per_node=self.ranks_per_node, tp=tp, pp=pp, vision_frozen=vision_frozen,
-            expert_parallel=expert_parallel,
+            algos=algos, shard_ranks=num_ranks, ranks_per_node=self.ranks_per_node, tp=tp, pp=pp,
+            vision_frozen=vision_frozen, expert_parallel=expert_parallel, communicators=communicators,
         )
 
     def solver_config(self, *, num_ranks: int, cost: CostModel, step_semantics: str = LOCKSTEP,
                       allow_idle_ranks: bool = False) -> SolverConfig:
         """The solver's view of the cluster: `num_ranks` FCP ranks, the node size (this run's or the cost
-        source's), the largest degree."""
+        source's), the largest degree, the communicator budget."""
         return SolverConfig(num_ranks=num_ranks, ranks_per_node=self.ranks_per_node or cost.ranks_per_node,
-                            max_degree=self.max_degree, allow_idle_ranks=allow_idle_ranks,
-                            step_semantics=step_semantics)
+                            max_degree=self.max_degree,
+                            allow_idle_ranks=allow_idle_ranks, step_semantics=step_semantics,
+                            communicator_budget=self.communicator_budget or AUTO)
 
     def batch_planner(self, *, num_ranks: int, step_semantics: str = LOCKSTEP, tp: int = 1, pp: int = 1,
                       static_cp_degree: int | None = None, vision_frozen: bool = False,
@@ -122,7 +135,7 @@ class FCPOptions:
         """The planner of one global batch; `static_cp_degree` plans Megatron's static ring CP instead of FCP."""
         cost = self.cost_model(num_ranks=num_ranks, tp=tp, pp=pp,
                                algos=None if static_cp_degree is None else ("ring",), vision_frozen=vision_frozen,
-                               expert_parallel=expert_parallel)
+                               step_semantics=step_semantics, expert_parallel=expert_parallel)
         return BatchPlanner(cost=cost, solver_config=self.solver_config(num_ranks=num_ranks, cost=cost,
                                                                          step_semantics=step_semantics),
                             static_cp_degree=static_cp_degree)
@@ -143,11 +156,12 @@ class FCPOptions:
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
                               logger=log, first_step=first_step)
 
-    def runtime_settings(self, *, max_degree: int | None = None) -> FCPRuntimeSettings:
-        """What the step runtime needs; `max_degree` overrides the option (a static layout's degree)."""
-        return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=max_degree or self.max_degree,
-                                  comm_timeout_s=self.comm_timeout_s, attention_kernel=self.attention_kernel,
-                                  log_plan=self.log_plan)
+    def runtime_settings(self, *, step_semantics: str = LOCKSTEP) -> FCPRuntimeSettings:
+        """What the step runtime needs (its catalogue of groups is the planner's of `step_semantics`)."""
+        return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=self.max_degree,
+                                  communicator_budget=self.communicator_budget or AUTO, algos=self.algos,
+                                  plane_group=step_semantics == LOCKSTEP, comm_timeout_s=self.comm_timeout_s,
+                                  attention_kernel=self.attention_kernel, log_plan=self.log_plan)
 
 
 __all__ = ["FCPOptions"]

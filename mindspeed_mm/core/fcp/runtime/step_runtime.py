@@ -25,9 +25,15 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.runtime.comm_errors import communication
 from mindspeed_mm.core.fcp.runtime.recalibration import measured_group_times
-from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
+from mindspeed_mm.core.fcp.cost import ALGOS
+from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
+from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
-from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver import InvalidPlanError, Plan
+from mindspeed_mm.core.fcp.solver.communicators import (
+    GroupCatalogue, default_budget, group_catalogue, plan_communicators,
+)
+from mindspeed_mm.core.fcp.solver.plan import AUTO
 
 from mindspeed_mm_fcp.options import GROUP_POOL_POLICIES
 
@@ -103,6 +109,17 @@ class FCPRound:
         return len(self.group_ranks)
 
 
+def framework_communicators_held(rank: int) -> int:
+    """The process groups of more than one rank holding `rank` that exist before FCP creates any (MindSpeed /
+    Megatron's and the world group), less Megatron's gloo copies (named ``*_GLOO``), which hold no device buffers:
+    what `cost.communicator_memory.framework_communicators` counts (torch's registry of groups; 0 without one)."""
+    registry = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_group_ranks", None)
+    if not dist.is_initialized() or not isinstance(registry, dict):
+        return 0
+    return sum(1 for group, members in registry.items()
+               if rank in members and len(members) > 1 and not str(getattr(group, "group_desc", "")).endswith("_GLOO"))
+
+
 def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
     """This process's group and samples in every round of `plan`."""
     if plan.num_ranks != layout.num_fcp_ranks:
@@ -129,9 +146,17 @@ class FCPRuntimeSettings:
     """The options of the run that the patches need."""
 
     group_pool: str = "lazy"
-    """`lazy`: create a plan's groups before its step; `prewarm`: create every group at start-up."""
+    """`lazy`: create a plan's groups (and make them ready) before its step; `prewarm`: every group of the catalogue
+    at start-up."""
     max_degree: int | None = None
-    """Largest CP group (None: the whole plane); bounds what `prewarm` creates."""
+    """Largest CP group (None: the whole plane)."""
+    communicator_budget: int | str | None = AUTO
+    """Communicators one rank may join (`SolverConfig.communicator_budget`): with `max_degree`, `algos` and
+    `plane_group`, what fixes the run's catalogue of groups (`catalogue`), the same as its planner's."""
+    algos: tuple[str, ...] = ALGOS
+    """The attention algorithms the plans may use."""
+    plane_group: bool = True
+    """The plane's own group is one of the run's communicators (lockstep rounds spreading their media)."""
     comm_timeout_s: float | None = None
     """Bound of every exchange on an FCP group (None: torch's default)."""
     attention_kernel: str = "auto"
@@ -144,6 +169,12 @@ class FCPRuntimeSettings:
             raise ValueError(f"group_pool must be one of {', '.join(GROUP_POOL_POLICIES)}, got {self.group_pool!r}")
         if self.max_degree is not None and self.max_degree < 1:
             raise ValueError(f"max_degree must be positive, got {self.max_degree}")
+
+    def catalogue(self, num_ranks: int) -> GroupCatalogue:
+        """The groups the run's plans may use on planes of `num_ranks` ranks (`communicators.group_catalogue`)."""
+        budget = default_budget(num_ranks) if self.communicator_budget == AUTO else self.communicator_budget
+        return group_catalogue(num_ranks, min(self.max_degree or num_ranks, num_ranks), budget,  # type: ignore[arg-type]
+                               self.algos, self.plane_group)
 
 
 PlanSource = Callable[[], Plan]
@@ -193,11 +224,23 @@ class FCPRuntime:
             "FCP: rank %d is FCP rank %d of %d (%d plane(s))",
             layout.rank, layout.fcp_rank, layout.num_fcp_ranks, len(layout.planes),
         )
+        catalogue = self.catalogue
+        logger.info("FCP: the plans' groups are %s", catalogue.describe())
+        held, assumed = framework_communicators_held(layout.rank), framework_communicators(
+            layout.num_fcp_ranks, tp=len(layout.planes))
+        (logger.warning if held > assumed else logger.info)(
+            "FCP: rank %d holds %d MindSpeed / Megatron communicators; the memory limit sets aside buffers for %d",
+            layout.rank, held, assumed)
         if self.settings.group_pool == "prewarm":
             pool = self._pool()
             pool.prewarm(self._candidate_groups())
-            logger.info("FCP: prewarmed %d process groups; this rank holds %d", pool.num_created,
-                        pool.num_communicators)
+            logger.info("FCP: prewarmed %d process groups and made them ready; this rank holds %d FCP communicators",
+                        pool.num_created, pool.num_communicators)
+
+    @property
+    def catalogue(self) -> GroupCatalogue:
+        """The groups the run's plans may use (FCP ranks of one plane)."""
+        return self.settings.catalogue(self.require_layout().num_fcp_ranks)
 
     def require_layout(self) -> FCPRankLayout:
         """The recorded layout; raises when Megatron's model-parallel initialisation has not run."""
@@ -231,10 +274,14 @@ class FCPRuntime:
             plan = self.plan_source()
             measure = measure or self._source_measures()
         rounds = rounds_of_rank(plan, layout)
-        candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
-        if any(round_plan.vision_over_round for round_plan in plan.rounds):
-            candidates.append(tuple(range(layout.num_fcp_ranks)))
-        self._pool().prewarm(self._in_every_plane(candidates))
+        try:
+            self.catalogue.check_plan(plan)
+        except InvalidPlanError as error:
+            raise FCPRuntimeError(f"step {self._steps_done + 1}: {error}") from None
+        pool = self._pool()
+        if pool.prewarm(self._in_every_plane(sorted(plan_communicators(plan)))):
+            logger.info("FCP: rank %d now holds %d FCP communicators (at most %d: %s)", layout.rank,
+                        pool.num_communicators, self.catalogue.worst, self.catalogue.describe())
         self._rounds = rounds
         self._next_round = 0
         self._plan = plan
@@ -335,17 +382,11 @@ class FCPRuntime:
         return self._pool().get(layout.plane)
 
     def _candidate_groups(self) -> list[tuple[int, ...]]:
-        """Every multi-rank group a plan can use, in every plane: the contiguous ranges up to the largest degree
-        and the whole plane (rounds encoding their media over all their ranks)."""
-        layout = self.require_layout()
-        limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
-        ranges = contiguous_rank_ranges(layout.num_fcp_ranks, limit)
-        if limit < layout.num_fcp_ranks:
-            ranges.append(tuple(range(layout.num_fcp_ranks)))
-        return self._in_every_plane(ranges)
+        """Every communicator a plan can use, in every plane: those of the catalogue's groups and the plane's."""
+        return self._in_every_plane(self.catalogue.communicators())
 
     def _pool(self) -> CommGroupPool:
-        """The group pool, bounded by the number of groups plans can use (created on first need)."""
+        """The group pool, bounded by the catalogue's communicators in every plane (created on first need)."""
         if self.groups is None:
             self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups())),
                                         timeout_s=self.settings.comm_timeout_s)

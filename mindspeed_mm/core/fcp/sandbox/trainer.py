@@ -44,6 +44,7 @@ from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
+from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +111,15 @@ class Trainer:
         self.sampler = PlanAwareSampler(self.dataset, config.training.global_batch_size, config.training.train_iters)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, config.optimizer)
+        solver = self.planner.solver_config
+        # The runtime's catalogue of groups is the planner's; a static layout's groups are contiguous ranges of its
+        # degree (no budget: one group per rank).
         self.runtime = FCPRuntime(FCPRuntimeSettings(
             group_pool=config.fcp.group_pool,
-            max_degree=self.planner.static_cp_degree or self.planner.solver_config.degree_limit,
+            max_degree=self.planner.static_cp_degree or solver.degree_limit,
+            communicator_budget=None if self.planner.static_cp_degree else solver.communicator_budget,
+            algos=self.planner.cost.algos,
+            plane_group=solver.vision_over_round and solver.step_semantics == LOCKSTEP,
             comm_timeout_s=context.comm_timeout_s,
             attention_kernel=config.fcp.attention_kernel,
         ))

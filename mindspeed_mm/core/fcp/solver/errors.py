@@ -5,6 +5,11 @@ flags; a message names the setting in each, never an internal search constant.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.solver.communicators import GroupCatalogue
+
 MAX_DEGREE_OPTION = ("the maximum group degree (fcp plan / simulate: --max-degree; fcp train YAML: fcp_max_degree; "
                      "MindSpeed-MM: --fcp-max-degree)")
 """Where users set SolverConfig.max_degree."""
@@ -17,6 +22,9 @@ MEMORY_OPTION = ("more memory per rank (a preset on a device with more memory, t
 BATCH_OPTION = ("more samples per global batch (fcp plan: --batch-size; fcp simulate: --global-batch-size; "
                 "a training run: global_batch_size)")
 """How users add samples to a global batch."""
+BUDGET_OPTION = ("the communicator budget (fcp plan / simulate: --communicator-budget; fcp train YAML and MindSpeed-MM: "
+                 "fcp_communicator_budget / --fcp-communicator-budget)")
+"""Where users set SolverConfig.communicator_budget."""
 MAX_ROUNDS_OPTION = ("SolverConfig.max_rounds (a Python API setting: the fcp commands, fcp train and the MindSpeed "
                      "feature set no round limit)")
 """The round limit, which only the Python API sets."""
@@ -42,6 +50,34 @@ class InfeasibleSampleError(ValueError):
             f"{capacity_tokens} tokens per rank, but the maximum group degree is {max_degree}: {fix}, "
             f"or give it {MEMORY_OPTION}"
         )
+
+
+class CommunicatorBudgetError(InfeasibleSampleError):
+    """A sample needs a group wider than any the communicator budget lets the run create."""
+
+    def __init__(self, index: int, length: int, capacity_tokens: int, catalogue: "GroupCatalogue") -> None:
+        needed = -(-length // capacity_tokens)
+        ValueError.__init__(
+            self,
+            f"sample {index} (length {length} tokens) needs at least {needed} ranks at {capacity_tokens} tokens per "
+            f"rank, but within {BUDGET_OPTION} of {catalogue.budget} communicators per rank the widest group is "
+            f"{catalogue.top_degree} ranks ({catalogue.describe()}): raise the budget, or give the sample "
+            f"{MEMORY_OPTION}",
+        )
+        self.index, self.length, self.capacity_tokens = index, length, capacity_tokens
+        self.max_degree = catalogue.top_degree
+
+
+class NoLayoutInBudgetError(ValueError):
+    """No layout of a batch fits the groups the communicator budget allows (`communicators.GroupCatalogue`)."""
+
+    def __init__(self, num_samples: int, needed: int, catalogue: "GroupCatalogue") -> None:
+        widest = max(catalogue.static_degrees())
+        super().__init__(
+            f"no layout of the batch's {_samples(num_samples)} fits the groups {BUDGET_OPTION} of {catalogue.budget} "
+            f"allows ({catalogue.describe()}): its longest sample needs {needed} ranks and the widest static layout of "
+            f"those groups has groups of {widest}; raise the budget, or use a maximum degree that is a power of two "
+            f"(or all FCP ranks): {MAX_DEGREE_OPTION}")
 
 
 class NoAlgoForSampleError(InfeasibleSampleError):

@@ -4,7 +4,7 @@ The search prices a group of d <= ranks_per_node ranks as if it sat inside one n
 degrees cannot be packed into nodes (6 + 4 + 6 on two nodes of 8), placement makes one cross and the
 planner re-prices it at the inter-node cost. This module offers the other way out: the same groups on
 node-aligned degrees (powers of two up to a node, then whole numbers of nodes of a power-of-two
-count), which always pack. Each group starts at the smallest aligned degree that holds it and the
+count), which always pack (`power_of_two_degrees`; the slot grid's fallback too). Each group starts at the smallest aligned degree that holds it and the
 slowest group is doubled while ranks are left; when the doubling cannot use up exactly all ranks, the
 smallest group that can doubles to fill them. The planner keeps whichever round is faster as placed.
 """
@@ -28,6 +28,14 @@ def aligned_degrees(
     degrees do not fit)."""
     if ranks_per_node & (ranks_per_node - 1):
         return None
+    return power_of_two_degrees(cost, workloads, min_degrees, num_ranks, top_degree)
+
+
+def power_of_two_degrees(
+    cost: "CostModel", workloads: Any, min_degrees: Sequence[int], num_ranks: int, top_degree: int,
+) -> tuple[list[int], list[float], list[str]] | None:
+    """(degrees, times, algos) of the groups on powers of two up to `top_degree` summing to `num_ranks` (they always
+    pack on the slot grid and, with a power-of-two node size, into nodes), or None where they do not fit."""
     degrees = [1 << max(0, int(m) - 1).bit_length() for m in min_degrees]
     if sum(degrees) > num_ranks or max(degrees) > top_degree:
         return None

@@ -203,3 +203,52 @@ def _large_items_have_hosts(distinct: list[int], counts: tuple[int, ...], capaci
         if hosts < count:
             return False
     return True
+
+
+def slot_of(degree: int) -> int:
+    """The slot of a group of `degree` ranks on the aligned grid: the next power of two (a group of d ranks
+    starts at a multiple of it)."""
+    return 1 << max(0, degree - 1).bit_length()
+
+
+def slot_grid_placement(degrees: Sequence[int], num_ranks: int, ranks_per_node: int) -> Placement | None:
+    """Groups of these degrees (summing to num_ranks) on the aligned slot grid, or None where they do not fit.
+
+    A group of d > 1 ranks starts at a multiple of `slot_of(d)` and fills the front of that slot; the rest of
+    the slot holds smaller groups. Every rank is then in at most one group of each degree however the rounds
+    differ: the range of the degree-d group holding rank r is fixed by r and d. Groups are placed largest slot
+    first (then largest degree), each at the lowest multiple of its slot where its ranks are free (the groups
+    placed before it start at multiples of its slot, so where its front is free its whole slot is, up to the
+    plane's end); groups of one rank take the ranks left, in order. Power-of-two degrees summing to num_ranks
+    always fit. With a power-of-two node size no group of at most a node's ranks crosses a node boundary.
+    """
+    if sum(degrees) != num_ranks:
+        raise ValueError(f"degrees sum to {sum(degrees)}, expected num_ranks={num_ranks}")
+    used = bytearray(num_ranks)
+    starts = [0] * len(degrees)
+    first_candidate: dict[tuple[int, int], int] = {}
+    for k in sorted((k for k, d in enumerate(degrees) if d > 1),
+                    key=lambda k: (-slot_of(degrees[k]), -degrees[k], k)):
+        degree = degrees[k]
+        slot = slot_of(degree)
+        start = first_candidate.get((slot, degree), 0)
+        while start + degree <= num_ranks and used.find(1, start, start + degree) != -1:
+            start += slot
+        if start + degree > num_ranks:
+            return None
+        used[start:start + degree] = b"\x01" * degree
+        starts[k] = start
+        first_candidate[(slot, degree)] = start + slot
+    left = (rank for rank in range(num_ranks) if not used[rank])
+    for k, degree in enumerate(degrees):
+        if degree == 1:
+            starts[k] = next(left)
+    return placed_at(starts, degrees, ranks_per_node)
+
+
+def placed_at(starts: Sequence[int], degrees: Sequence[int], ranks_per_node: int) -> Placement:
+    """The placement of groups of these degrees at these first ranks, with those of at most a node's ranks that
+    cross a node boundary counted."""
+    straddling = sum(1 for s, d in zip(starts, degrees)
+                     if d <= ranks_per_node and placed_node_part(s, d, ranks_per_node) != d)
+    return _placement(list(starts), degrees, straddling, ranks_per_node)

@@ -16,6 +16,7 @@ from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
+    from mindspeed_mm.core.fcp.solver.communicators import GroupCatalogue
 
 _TIME_RTOL = 1e-9
 IDLE = "idle"
@@ -25,6 +26,8 @@ LOCKSTEP = "lockstep"
 INDEPENDENT = "independent"
 """Step semantics of DDP / the distributed optimizer: groups meet only at the step's gradient reduction."""
 STEP_SEMANTICS = (LOCKSTEP, INDEPENDENT)
+AUTO = "auto"
+"""`SolverConfig.communicator_budget` of the default budget, ceil(log2 num_ranks) + 4 (`communicators.default_budget`)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,16 @@ class SolverConfig:
     counts and spreads, every uniform degree, every sample move), not only the small ones: about 100x
     the planner time of the fast search at 128 samples on 64 ranks. For measuring what the fast search
     leaves (`benchmarks/flexibility_report.py --strategies ...,fcp_thorough_search`)."""
+    communicator_budget: int | str | None = AUTO
+    """Communicators one rank may join over the whole run, the plane's own group included (`communicators`):
+    `AUTO` is ceil(log2 num_ranks) + 4; None places groups on any ranks, unbounded (an ablation: today's plans
+    without a budget)."""
 
     def __post_init__(self) -> None:
+        budget = self.communicator_budget
+        if budget is not None and budget != AUTO and (isinstance(budget, bool) or not isinstance(budget, int)
+                                                      or budget < 1):
+            raise ValueError(f"communicator_budget must be a positive integer, {AUTO!r} or None, got {budget!r}")
         if not isinstance(self.vision_over_round, bool):
             raise ValueError(f"vision_over_round must be a bool, got {self.vision_over_round!r}")
         if not isinstance(self.thorough_search, bool):
@@ -90,6 +101,23 @@ class SolverConfig:
     def degree_limit(self) -> int:
         """The effective maximum group degree."""
         return self.num_ranks if self.max_degree is None else self.max_degree
+
+    @property
+    def budget(self) -> int | None:
+        """The communicators one rank may join (`communicator_budget` with `AUTO` resolved); None: unbounded."""
+        from mindspeed_mm.core.fcp.solver.communicators import default_budget
+
+        if self.communicator_budget == AUTO:
+            return default_budget(self.num_ranks)
+        return self.communicator_budget  # type: ignore[return-value]
+
+    def catalogue(self, algos: Sequence[str]) -> "GroupCatalogue":
+        """The groups plans may use (`communicators.group_catalogue`), for groups running `algos`; the plane's group
+        counts where rounds may spread their media over it (lockstep rounds with `vision_over_round`)."""
+        from mindspeed_mm.core.fcp.solver.communicators import group_catalogue
+
+        return group_catalogue(self.num_ranks, self.degree_limit, self.budget, algos,
+                               plane=self.vision_over_round and self.step_semantics == LOCKSTEP)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ in its samples) shared by the replicas, and at least its slowest sample's time a
 in the order of that bound."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -62,7 +63,7 @@ def fastest_for_lockstep_rounds(plan: Plan, lengths: np.ndarray, patches: list[i
     def total(rounds) -> float:
         return sum(floor.round_ms(r.predicted_ms) for r in rounds)
 
-    best, best_ms = plan, total(plan.rounds)
+    best, best_ms = plan, total(plan.rounds) if plan.rounds else math.inf   # no rounds: any layout wins
     node, n_ranks = config.ranks_per_node, config.num_ranks
     packer = StaticPacker(lengths, patches, cost)
     for bound, degree, algo in _layouts_by_bound(packer, lengths, cost, config):
@@ -99,7 +100,7 @@ def fastest_for_independent_groups(plan: Plan, lengths: np.ndarray, patches: lis
     """`plan`, or the static layout run as independent replicas (`static_layout.independent_rounds`)
     that finishes first when each group waits only for its own members (`dataflow_ms`): with one
     reduction per step, replicas that never wait for each other can beat rounds balanced in lockstep."""
-    best, best_ms = plan, dataflow_ms(plan)
+    best, best_ms = plan, dataflow_ms(plan) if plan.rounds else math.inf
     node, n_ranks = config.ranks_per_node, config.num_ranks
     packer = StaticPacker(lengths, patches, cost)
     balanced: dict[tuple[int, bytes], tuple[StaticPacks, list[list[int]]]] = {}

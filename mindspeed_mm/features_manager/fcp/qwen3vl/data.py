@@ -25,7 +25,7 @@ from ..megatron.checkpoint import resumed_state
 from ..runtime import FCPRuntime, get_fcp_runtime
 from .round_loader import FCPRoundLoader
 from .shard import SEQLENS_KEY
-from .step_plans import FCPDataError, GlobalBatchOrder, RuntimePlanSource, StepPlans
+from .step_plans import FCPDataError, GlobalBatchOrder, RuntimePlanSource, StepPlans, check_budget_holds_the_longest
 from .vision_patches import dataset_vision_patches, vision_is_frozen
 
 logger = logging.getLogger(__name__)
@@ -155,6 +155,7 @@ def build_fcp_dataloader(dataset: Any, params: dict[str, Any], runtime: FCPRunti
     options = FCPOptions.from_namespace(args)
     planner = options.batch_planner(num_ranks=layout.num_fcp_ranks, tp=getattr(args, "tensor_model_parallel_size", 1),
                                     vision_frozen=vision_is_frozen(), expert_parallel=run_expert_parallel(args))
+    check_budget_holds_the_longest(lengths, planner)
     resumed = resumed_state(getattr(args, "load", None), int(getattr(args, "iteration", 0) or 0))
     if resumed is not None and resumed["steps_done"] != first_step:
         raise FCPDataError(

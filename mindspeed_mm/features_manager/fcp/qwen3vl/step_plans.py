@@ -16,10 +16,12 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.device import collective_device
+from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.comm_errors import communication
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.solver import Plan
-from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
+from mindspeed_mm.core.fcp.solver.communicators import budget_guaranteeing
+from mindspeed_mm.core.fcp.solver.errors import CommunicatorBudgetError, InfeasibleSampleError
 
 from ..runtime import get_fcp_runtime
 
@@ -67,6 +69,29 @@ class GlobalBatchOrder:
         else:
             order = list(range(self.samples_per_epoch))
         return order[offset: offset + self.global_batch_size]
+
+
+def check_budget_holds_the_longest(lengths: Sequence[int], planner: BatchPlanner) -> None:
+    """Raises naming `fcp_communicator_budget` (or `fcp_max_degree`) and the figures when the groups the budget allows
+    cannot guarantee a plan to the dataset's longest sample (`GroupCatalogue.guaranteed_degree`)."""
+    if planner.static_cp_degree is not None or not lengths:
+        return
+    config, cost = planner.solver_config, planner.cost
+    index = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
+    needed = cost.min_degree(int(lengths[index]))
+    catalogue = config.catalogue(cost.algos)
+    if needed > config.degree_limit or needed <= catalogue.guaranteed_degree:
+        return   # too long for any group: the planner names fcp_max_degree itself
+    enough = budget_guaranteeing(config.num_ranks, config.degree_limit, cost.algos,
+                                 catalogue.plane, needed)
+    fix = (f"raise fcp_communicator_budget to at least {enough}" if enough is not None else
+           "raise fcp_communicator_budget")
+    raise FCPDataError(
+        f"training sample {index} of the dataset ({lengths[index]} tokens) needs a group of {needed} ranks at "
+        f"{cost.capacity_tokens} tokens per rank, but within fcp_communicator_budget={catalogue.budget} "
+        f"communicators per rank the run's groups are {catalogue.describe()}, and every batch has a plan only if its "
+        f"samples need at most {catalogue.guaranteed_degree} ranks: {fix}, or set fcp_max_degree to a power of two "
+        f"at least {needed}")
 
 
 class StepPlans:
@@ -123,6 +148,9 @@ class StepPlans:
     def _next_plan(self, step: int) -> Plan:
         try:
             return self.source.plan(step).plan
+        except CommunicatorBudgetError as err:
+            index = self.order.indices(step)[err.index]
+            raise FCPDataError(f"training sample {index} of the dataset: {err}") from None
         except InfeasibleSampleError as err:
             index = self.order.indices(step)[err.index]
             patches = "" if self.patches is None else f", {self.patches[index]} vision patches"
