@@ -10,6 +10,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
@@ -120,4 +121,5 @@ def baseline_plan(
     )
     if semantics == LOCKSTEP and patches is not None and any(patches):
         plan = priced_in_phases(plan, lengths, patches, cost, config.ranks_per_node, over_round=False)
+    plan = with_hybrid_splits(plan, lengths, cost)
     return dataclasses.replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)

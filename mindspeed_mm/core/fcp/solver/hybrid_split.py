@@ -8,11 +8,17 @@ the vision encoder split over its members), its u-blocks and its rings.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
+from mindspeed_mm.core.fcp.solver.placement import placed_node_part
+
+if TYPE_CHECKING:
+    from mindspeed_mm.core.fcp.cost import CostModel
+    from mindspeed_mm.core.fcp.solver.plan import Plan
 
 HYBRID = "hybrid"
 """Algo of a group running Ulysses inside blocks of consecutive ranks and a ring across the blocks."""
@@ -79,3 +85,25 @@ def communicator_rank_sets(ranks: Sequence[int], split: HybridSplit | None) -> t
             seen.add(rank_set)
             out.append(rank_set)
     return tuple(out)
+
+
+def with_hybrid_splits(plan: "Plan", lengths: Sequence[int], cost: "CostModel") -> "Plan":
+    """`plan` with the split of every hybrid group that carries none: the fastest where the group is placed,
+    which is the split its predicted time was priced at (`CostModel.hybrid_splits`)."""
+    todo = [(r, k) for r, round_plan in enumerate(plan.rounds) for k, group in enumerate(round_plan.groups)
+            if group.algo == HYBRID and group.hybrid is None]
+    if not todo:
+        return plan
+    node = int(plan.extras.get("ranks_per_node", cost.ranks_per_node))
+    groups = [plan.rounds[r].groups[k] for r, k in todo]
+    splits = cost.hybrid_splits([cost.workload([int(lengths[s]) for s in g.samples]) for g in groups],
+                                [g.degree for g in groups],
+                                [placed_node_part(g.ranks[0], g.degree, node) for g in groups])
+    rounds = [list(round_plan.groups) for round_plan in plan.rounds]
+    for (r, k), group, u in zip(todo, groups, splits.tolist()):
+        if u == 0:
+            raise InvalidPlanError(f"round {r}, group on ranks {list(group.ranks)}: no Ulysses x ring split of "
+                                   f"degree {group.degree} runs where it is placed")
+        rounds[r][k] = dataclasses.replace(group, hybrid=HybridSplit(u, group.degree // u))
+    return dataclasses.replace(plan, rounds=tuple(dataclasses.replace(round_plan, groups=tuple(groups))
+                                                  for round_plan, groups in zip(plan.rounds, rounds)))

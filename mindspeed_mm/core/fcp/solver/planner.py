@@ -33,6 +33,7 @@ import numpy as np
 
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError, NoAlgoForSampleError
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.static_alternatives import fastest_for_independent_groups, fastest_for_lockstep_rounds
@@ -160,6 +161,7 @@ def plan_batch(
             plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor, reprice=in_phases)
     elif not config.allow_idle_ranks:
         plan = fastest_for_lockstep_rounds(plan, length_arr, patch_list, cost, config, floor)
+    plan = with_hybrid_splits(plan, lengths, cost)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)

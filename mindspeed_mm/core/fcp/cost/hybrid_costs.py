@@ -1,0 +1,148 @@
+"""Time of a group running hybrid attention: Ulysses over blocks of u consecutive ranks inside a node, ring
+attention over the r = d / u blocks; each (u, r) priced, the fastest kept.
+
+A rank of a group of d = u x r ranks holding T / d of the batch's T tokens, per round:
+- the block's all-to-alls, as Ulysses' on u ranks (`ulysses_costs`): q/k/v in (with max(kv_heads, u) K/V
+  heads, repeated as Ulysses repeats them) and the output back, each forward pass and the backward pass;
+  the rank keeps 1 / u of its T / d tokens' heads and sends the rest to the block's other members, inside
+  its node (the all-to-all curve of a group of u);
+- ring attention over the r blocks (`ring_costs`) with heads / u query heads and max(kv_heads, u) / u K/V
+  heads per rank: r steps per pass of (s / r) x (s / r) blocks of every document costing the Ulysses degree-u
+  attention of a rank (the table's grid for degree u, else the full heads' fit over u, as Ulysses prices
+  it), off-diagonal blocks as the ring prices them with the same head share; each step's K/V of T / r
+  tokens travels to the next block, across nodes when the group spans nodes (the slowest hop paces the
+  ring), the group's d ranks sending at once;
+- the non-attention work on T / d tokens and the launch cost, as every algo.
+At u = 1 this is the ring on d ranks and at r = 1 Ulysses on d ranks inside a node, term for term.
+
+Which u a group may use: u divides d and Ulysses splits the heads over u (`ulysses_degrees`); every block
+sits inside one node: the group is inside one node, or u divides the node size and the group's ranks on each
+node it touches (its node part: the group is then cut at block boundaries). Beside the ring, u = 1 is the
+ring's. Beside Ulysses, the degrees Ulysses runs inside one node are Ulysses' (u = d among them): hybrid is for
+the degrees Ulysses cannot serve there (the degree does not split the heads, exceeds them, or spans nodes).
+Where Ulysses runs inside a node, the best split was at most 0.12% faster than the better of ring and Ulysses
+on 1,000 packs of the shipped mixes on each 8B / 4B / 2B preset (`benchmarks/hybrid_attention.py`), which does
+not repay pricing it there.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
+from mindspeed_mm.core.fcp.cost.comm_costs import CommCurve
+from mindspeed_mm.core.fcp.cost.ring_costs import RingBlocks, RingTimer
+from mindspeed_mm.core.fcp.cost.ulysses_costs import ulysses_degrees
+from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
+
+
+def rank_blocks(c: StageCoefficients, ulysses_degree: int) -> RingBlocks:
+    """A ring step's blocks on one rank of a block of `ulysses_degree` ranks: its share of the heads, attended
+    with the Ulysses fit of that share (the table's grid of that degree, else the full heads' fit over u), and
+    its share of the (repeated) K/V heads."""
+    u = ulysses_degree
+    fit = c.ulysses_fits.get(u, (c.alpha / u, c.beta / u, c.gamma))
+    stage = RingBlocks.of_stage(c)
+    off = None if stage.off_diagonal is None else (c.off_diagonal[0] / u, c.off_diagonal[1] / u, c.off_diagonal[2])
+    return RingBlocks(fit, off, 2 * (max(c.kv_heads, u) // u) * c.head_bytes)
+
+
+class HybridTimer:
+    """Hybrid group times of one stage: every candidate split's ring and all-to-alls in one stacked pass."""
+
+    def __init__(self, coefficients: StageCoefficients, p2p: CommCurve, a2a: CommCurve, node_ranks: int) -> None:
+        """`coefficients.ranks_per_node`: where a group is taken to span nodes (the node part of a placed group);
+        `node_ranks`: the ranks of a node, which block boundaries must respect."""
+        c = coefficients
+        self._c = c
+        self._a2a = a2a
+        self._ring = RingTimer(c, p2p)
+        self.node_ranks = int(node_ranks)
+        self.ulysses_degrees: tuple[int, ...] = tuple(
+            u for u in ulysses_degrees(c.heads, c.kv_heads) if u <= self.node_ranks)
+        """The block sizes a group may use: Ulysses degrees of the heads that fit in a node."""
+        self._u = np.asarray(self.ulysses_degrees, dtype=np.int64)
+        u = self._u.astype(np.float64)
+        blocks = [rank_blocks(c, int(k)) for k in self._u]
+        self._split_offdiagonal = blocks[0].off_diagonal is not None
+        # Bytes a rank sends per token it holds to the other u - 1 members: q/k/v in, the output back.
+        a2a_bytes = np.stack([c.head_bytes * (c.heads + 2.0 * np.maximum(c.kv_heads, u)) * (u - 1) / u,
+                              c.head_bytes * c.heads * (u - 1) / u], axis=1)
+        # Each forward pass and the backward pass run both all-to-alls once; none on one rank.
+        passes = (c.forward_passes + 1) * (self._u > 1)
+        # Per candidate u, one row: the blocks' constants (columns 0-6); the all-to-alls (7-8): on affine curves
+        # their time in ms as intercept + slope x the tokens a rank holds, else the bytes per token of each;
+        # the passes that run them (9) and u (10).
+        rows = [(*b.diagonal, *(b.off_diagonal or b.diagonal), b.kv_bytes_per_token) for b in blocks]
+        if a2a.affine is not None:
+            a_in, b_in, _, _ = a2a.affine
+            exchange = np.stack([passes * 2.0 * a_in, passes * b_in * a2a_bytes.sum(axis=1)], axis=1)
+        else:
+            exchange = a2a_bytes
+        self._constants = np.concatenate([np.asarray(rows, dtype=np.float64), exchange, passes[:, None], u[:, None]],
+                                         axis=1)
+        self._aligned = (self.node_ranks % self._u == 0) & (c.ranks_per_node % self._u == 0)
+        self._runs_tables: dict[tuple[bool, bool], np.ndarray] = {}
+
+    def times(self, w: WorkloadColumns, d_int: np.ndarray, *, beside_ring: bool = False,
+              beside_ulysses: bool = False, only: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(times, u) [K, W]: the fastest split of workload k on d_int[k, w] ranks and its u (inf and 0 where no
+        split runs; memory not checked). `beside_ring` / `beside_ulysses`: the model offers that algo too, which
+        keeps its own splits (module docstring); `only`: price that u alone."""
+        if only is None:
+            runs = self._runs_table(beside_ring, beside_ulysses, int(d_int.max(initial=1)))[:, d_int]
+        else:
+            runs = ((self._u == only)[:, None, None] & (d_int % only == 0)
+                    & ((d_int <= self._c.ranks_per_node) | self._aligned[:, None, None]))
+        out = self._c.non_attention_ms(w.total_tokens, w.vision_patches, 1.0 / d_int)
+        out += self._c.launch_ms
+        slot, row, col = np.nonzero(runs)
+        if not slot.size:
+            return np.full(d_int.shape, np.inf), np.zeros(d_int.shape, dtype=np.int64)
+        # Every (split, workload, degree) that runs, priced once; the rest stay inf.
+        attention = np.full(runs.shape, np.inf)
+        attention[slot, row, col] = self._attention_ms(WorkloadColumns(w.values[row]), d_int[row, col][:, None],
+                                                       self._constants[slot])[:, 0]
+        chosen = np.argmin(attention, axis=0)
+        best = attention.min(axis=0)
+        out += best
+        return out, np.where(np.isfinite(best), self._u[chosen], 0)
+
+    def priced(self, degree: int, *, beside_ring: bool = False, beside_ulysses: bool = False) -> bool:
+        """Whether some split of `degree` ranks is priced (`times` is finite, memory aside)."""
+        return bool(self._runs_table(beside_ring, beside_ulysses, degree)[:, degree].any())
+
+    def _runs_table(self, beside_ring: bool, beside_ulysses: bool, top: int) -> np.ndarray:
+        """[candidates, degrees]: whether split u is priced on d ranks (u divides d, its blocks sit inside nodes:
+        the group is inside one node, or blocks align with the node boundaries; minus the splits of the algos
+        beside it), for d up to at least `top`."""
+        key = (beside_ring, beside_ulysses)
+        table = self._runs_tables.get(key)
+        if table is None or top >= table.shape[1]:
+            d = np.arange(max(top + 1, 2 * (0 if table is None else table.shape[1]), 65))[None, :]
+            u = self._u[:, None]
+            inside = d <= self._c.ranks_per_node
+            table = (d % u == 0) & (d >= 1) & (inside | self._aligned[:, None])
+            if beside_ring:
+                table &= u != 1
+            if beside_ulysses:
+                table &= ~(inside & np.isin(d, ulysses_degrees(self._c.heads, self._c.kv_heads)))
+            self._runs_tables[key] = table
+        return table
+
+    def _attention_ms(self, w: WorkloadColumns, d_int: np.ndarray, constants: np.ndarray) -> np.ndarray:
+        """[E, 1] attention of workload e on d_int[e] ranks in the split whose constants are row e."""
+        u = constants[:, 10:11]
+        blocks = RingBlocks((constants[:, 0:1], constants[:, 1:2], constants[:, 2:3]),
+                            (constants[:, 3:4], constants[:, 4:5], constants[:, 5:6]) if self._split_offdiagonal
+                            else None, constants[:, 6:7])
+        first, hops = self._ring.attention_parts(w, self._ring.terms(d_int, d_int // u.astype(np.int64)), blocks)
+        first += hops
+        tokens = w.total_tokens / d_int
+        if self._a2a.affine is not None:
+            first += constants[:, 7:8]
+            first += constants[:, 8:9] * tokens
+        else:
+            sizes = np.broadcast_to(u.astype(np.int64), d_int.shape)
+            first += constants[:, 9:10] * (self._a2a.intra_for(constants[:, 7:8] * tokens, sizes)
+                                           + self._a2a.intra_for(constants[:, 8:9] * tokens, sizes))
+        return first
