@@ -48,7 +48,7 @@ class FCPOptions:
     max_tokens_per_rank: int | None = _option("fcp_max_tokens_per_rank")
     """Lowers the cost model's memory limit in tokens per rank."""
     attention_algo: str = _option("fcp_attention_algo")
-    """`auto` (ring or Ulysses per group by cost), `ring` or `ulysses`."""
+    """`auto` (ring, Ulysses or hybrid per group by cost), `ring`, `ulysses` or `hybrid`."""
     attention_kernel: str = _option("fcp_attention_kernel")
     """Local attention kernel (`auto`: by device)."""
     async_planning: bool = _option("fcp_async_planning")
@@ -142,7 +142,7 @@ class FCPOptions:
         """What the step runtime needs; `max_degree` overrides the option (a static layout's degree)."""
         return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=max_degree or self.max_degree,
                                   comm_timeout_s=self.comm_timeout_s, attention_kernel=self.attention_kernel,
-                                  log_plan=self.log_plan)
+                                  log_plan=self.log_plan, attention_algo=self.attention_algo)
 
 
 __all__ = ["FCPOptions"]

@@ -25,11 +25,12 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.runtime.comm_errors import communication
 from mindspeed_mm.core.fcp.runtime.recalibration import measured_group_times
-from mindspeed_mm.core.fcp.parallel import CommGroupPool, contiguous_rank_ranges
+from mindspeed_mm.core.fcp.parallel import AttentionGroup, CommGroupPool, HybridGroup, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit, hybrid_rank_sets
 
-from mindspeed_mm_fcp.options import GROUP_POOL_POLICIES
+from mindspeed_mm_fcp.options import ATTENTION_ALGOS, GROUP_POOL_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -91,16 +92,25 @@ class FCPRound:
     rank_in_group: int
     """Index of this process in `group_ranks`."""
     algo: str
-    """Attention algorithm of the group: "ring" or "ulysses"."""
+    """Attention algorithm of the group: "ring", "ulysses" or "hybrid"."""
     batch_positions: tuple[int, ...]
     """Positions (in the global batch) of the group's samples, in packing order."""
     vision_over_round: bool = False
     """The round's media are encoded by all the plane's ranks (`RoundPlan.vision_over_round`)."""
+    hybrid: HybridSplit | None = None
+    """A hybrid group's Ulysses x ring split (`GroupPlan.hybrid`); None for the other algos."""
 
     @property
     def degree(self) -> int:
         """Context-parallel degree of the group."""
         return len(self.group_ranks)
+
+
+def hybrid_ring_count(num_ranks: int, max_degree: int) -> int:
+    """How many rings (rank sets that are not contiguous ranges) hybrid groups of contiguous ranks up to
+    `max_degree` of `num_ranks` ranks can have: u rings for each proper split u x r of each range."""
+    return sum((num_ranks - degree + 1) * sum(u for u in range(2, degree) if degree % u == 0)
+               for degree in range(4, max_degree + 1))
 
 
 def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
@@ -119,6 +129,7 @@ def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
                 algo=group.algo,
                 batch_positions=tuple(group.samples),
                 vision_over_round=plan.rounds[index].vision_over_round,
+                hybrid=group.hybrid,
             )
         )
     return rounds
@@ -138,12 +149,16 @@ class FCPRuntimeSettings:
     """Local attention kernel of the FCP attention (a value of `fcp_attention_kernel`)."""
     log_plan: bool = False
     """Log what each round runs (`fcp_log_plan`): the plans, and how a group split its vision tower."""
+    attention_algo: str = "auto"
+    """The attention algorithms plans may use (`fcp_attention_algo`): whether hybrid groups' rings count."""
 
     def __post_init__(self) -> None:
         if self.group_pool not in GROUP_POOL_POLICIES:
             raise ValueError(f"group_pool must be one of {', '.join(GROUP_POOL_POLICIES)}, got {self.group_pool!r}")
         if self.max_degree is not None and self.max_degree < 1:
             raise ValueError(f"max_degree must be positive, got {self.max_degree}")
+        if self.attention_algo not in ATTENTION_ALGOS:
+            raise ValueError(f"attention_algo must be one of {', '.join(ATTENTION_ALGOS)}, got {self.attention_algo!r}")
 
 
 PlanSource = Callable[[], Plan]
@@ -231,7 +246,8 @@ class FCPRuntime:
             plan = self.plan_source()
             measure = measure or self._source_measures()
         rounds = rounds_of_rank(plan, layout)
-        candidates = [group.ranks for round_plan in plan.rounds for group in round_plan.groups]
+        candidates = [rank_set for round_plan in plan.rounds for group in round_plan.groups
+                      for rank_set in group.communicator_rank_sets()]
         if any(round_plan.vision_over_round for round_plan in plan.rounds):
             candidates.append(tuple(range(layout.num_fcp_ranks)))
         self._pool().prewarm(self._in_every_plane(candidates))
@@ -326,6 +342,20 @@ class FCPRuntime:
             return None
         return self._pool().get(fcp_round.group_ranks)
 
+    def attention_group(self, fcp_round: FCPRound) -> AttentionGroup:
+        """What `fcp_attention` attends over in `fcp_round`: its CP group (`process_group`), or for a hybrid group
+        this rank's Ulysses block and ring (created by `begin_step` with the plan's other groups)."""
+        split = fcp_round.hybrid
+        if split is None:
+            return self.process_group(fcp_round)
+        blocks, rings = hybrid_rank_sets(fcp_round.group_ranks, split.ulysses_degree)
+        me = fcp_round.group_ranks[fcp_round.rank_in_group]
+        block = next(b for b in blocks if me in b)
+        ring = next(r for r in rings if me in r)
+        pool = self._pool()
+        return HybridGroup(pool.get(block) if len(block) > 1 else None, pool.get(ring) if len(ring) > 1 else None,
+                           split.ulysses_degree, split.ring_degree)
+
     def plane_group(self) -> dist.ProcessGroup | None:
         """The process group of this rank's whole plane (None for a plane of one rank), which a round encoding
         its media over all its ranks exchanges on; created by `begin_step` for such plans."""
@@ -345,9 +375,15 @@ class FCPRuntime:
         return self._in_every_plane(ranges)
 
     def _pool(self) -> CommGroupPool:
-        """The group pool, bounded by the number of groups plans can use (created on first need)."""
+        """The group pool, bounded by the number of groups plans can use (created on first need): the candidates
+        of `prewarm` and, where hybrid groups may be planned, their rings (counted, not created up front)."""
         if self.groups is None:
-            self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups())),
+            layout = self.require_layout()
+            rings = 0
+            if self.settings.attention_algo in ("auto", "hybrid"):
+                limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
+                rings = len(layout.planes) * hybrid_ring_count(layout.num_fcp_ranks, limit)
+            self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups()) + rings),
                                         timeout_s=self.settings.comm_timeout_s)
         return self.groups
 
