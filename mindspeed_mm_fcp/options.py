@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 FCP_CP_ALGO = "fcp_cp_algo"
 """The value of ``--context-parallel-algo`` that turns FCP on."""
-ATTENTION_ALGOS = ("auto", "ring", "ulysses", "hybrid")
+ATTENTION_ALGOS = ("auto", "ring", "ulysses")
 ATTENTION_KERNELS = ("auto", "npu_fusion", "torch_varlen", "flash_attn", "torch")
 """Local attention kernels (`mindspeed_mm.core.fcp.parallel.kernels`); `auto` picks by device."""
 GROUP_POOL_POLICIES = ("lazy", "prewarm")
@@ -126,7 +126,7 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
               "limit: a larger value is capped at it, with a warning.", cli_flag="--max-tokens-per-rank"),
     FCPOption("fcp_attention_algo", str, "auto",
               "Attention of a group: auto picks ring, ulysses or hybrid (Ulysses inside blocks of a node, ring across "
-              "the blocks) per group by cost; ring, ulysses or hybrid forces one.", choices=ATTENTION_ALGOS),
+              "the blocks) per group by cost; ring or ulysses forces one.", choices=ATTENTION_ALGOS),
     FCPOption("fcp_attention_kernel", str, "auto",
               "Local attention kernel of ring and Ulysses blocks: auto (npu_fusion on NPU; torch_varlen on CUDA, "
               "else flash_attn where installed, else the torch reference with a warning; torch on CPU), "

@@ -75,7 +75,7 @@ def test_flag_values_parse():
 
 
 @pytest.mark.parametrize("argv", [
-    ["--fcp-attention-algo", "zigzag"],
+    ["--fcp-attention-algo", "hybrid"],
     ["--fcp-group-pool", "eager"],
     ["--fcp-max-degree", "0"],
     ["--fcp-max-degree", "three"],

@@ -48,7 +48,7 @@ class FCPOptions:
     max_tokens_per_rank: int | None = _option("fcp_max_tokens_per_rank")
     """Lowers the cost model's memory limit in tokens per rank."""
     attention_algo: str = _option("fcp_attention_algo")
-    """`auto` (ring, Ulysses or hybrid per group by cost), `ring`, `ulysses` or `hybrid`."""
+    """`auto` (ring, Ulysses or hybrid per group by cost), `ring` or `ulysses`."""
     attention_kernel: str = _option("fcp_attention_kernel")
     """Local attention kernel (`auto`: by device)."""
     async_planning: bool = _option("fcp_async_planning")

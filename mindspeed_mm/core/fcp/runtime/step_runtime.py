@@ -380,7 +380,7 @@ class FCPRuntime:
         if self.groups is None:
             layout = self.require_layout()
             rings = 0
-            if self.settings.attention_algo in ("auto", "hybrid"):
+            if self.settings.attention_algo == "auto":
                 limit = min(self.settings.max_degree or layout.num_fcp_ranks, layout.num_fcp_ranks)
                 rings = len(layout.planes) * hybrid_ring_count(layout.num_fcp_ranks, limit)
             self.groups = CommGroupPool(max_communicators=max(1, len(self._candidate_groups()) + rings),
