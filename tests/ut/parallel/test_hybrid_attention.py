@@ -13,18 +13,18 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from attention_reference import dense_attention
+from attention_reference import dense_case, unsharded_bf16, within_bf16_of_one_process
 from distributed_utils import run_distributed
-from mindspeed_mm.core.fcp.parallel import CommGroupPool, CommStats, HybridGroup, fcp_attention, zigzag_layout, zigzag_shard
-from mindspeed_mm.core.fcp.solver.hybrid_split import hybrid_rank_sets
+from mindspeed_mm.core.fcp.parallel import (
+    CommGroupPool, CommStats, HybridGroup, fcp_attention, zigzag_layout, zigzag_shard,
+)
+from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit, communicator_rank_sets
 
 WORLD_SIZE = 6
 # Per round: (group size, Ulysses degree u) of each group; u = None: a ring group beside the hybrid ones.
 ROUNDS = (((4, 2), (2, None)), ((6, 2),), ((6, 3),), ((3, 1), (3, 3)))
 HEADS, HEAD_DIM = 12, 8
 KV_HEADS = (12, 2)
-# bf16 keeps 8 bits of mantissa: one rounding of a value x is up to 2^-8 |x|.
-BF16_ROUNDING = 2.0 ** -8
 
 
 @dataclass(frozen=True)
@@ -66,34 +66,6 @@ def _expected_bytes(cu: list[int], u: int, r: int, rank: int, kv_heads: int, ele
     return qkv_out + ring_forward + out_back, dout_out + ring_backward + grads_back
 
 
-def _hybrid_group(pool: CommGroupPool, ranks: list[int], u: int, rank: int) -> HybridGroup:
-    blocks, rings = hybrid_rank_sets(ranks, u)
-    block = next(b for b in blocks if rank in b)
-    ring = next(g for g in rings if rank in g)
-    return HybridGroup(pool.get(block) if len(block) > 1 else None, pool.get(ring) if len(ring) > 1 else None,
-                       u, len(ranks) // u)
-
-
-def _unsharded_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, cu: list[int],
-                    causal: bool) -> list[torch.Tensor]:
-    """Output and q / k / v gradients of one process attending the whole batch in bf16 (no group)."""
-    full = [x.to(torch.bfloat16).requires_grad_() for x in (q, k, v)]
-    out = fcp_attention(*full, cu, group=None, causal=causal)
-    out.backward(dout.to(torch.bfloat16))
-    return [out.detach()] + [x.grad for x in full]
-
-
-def _within_bf16_of_one_process(got: torch.Tensor, want: torch.Tensor, one_process: torch.Tensor, what: str) -> None:
-    """bf16: the sharded result is off the float64 reference by no more than one process in bf16 is (twice its
-    error, plus one rounding of the largest value): sharding adds no error beyond bf16's own."""
-    if want.numel() == 0:
-        assert got.numel() == 0, what
-        return
-    error = float((got.detach().double() - want).abs().max())
-    allowed = 2 * float((one_process.double() - want).abs().max()) + BF16_ROUNDING * float(want.abs().max())
-    assert error <= allowed, f"{what}: bf16 error {error:.3g} above {allowed:.3g} (one process: twice its error)"
-
-
 def _check_group(ranks: list[int], group: HybridGroup, seed: int, rank: int) -> list[HybridCase]:
     degree, group_rank = len(ranks), ranks.index(rank)
     assert group.rank == group_rank
@@ -103,20 +75,15 @@ def _check_group(ranks: list[int], group: HybridGroup, seed: int, rank: int) -> 
         for dtype in (torch.float32, torch.bfloat16):
             for causal in ((True, False) if dtype == torch.float32 else (True,)):
                 for kv_heads in KV_HEADS:
-                    generator = torch.Generator().manual_seed(seed * 100 + kv_heads + causal)
-                    q, k, v, dout = (torch.randn(cu[-1], heads, HEAD_DIM, dtype=torch.float64, generator=generator)
-                                     for heads in (HEADS, kv_heads, kv_heads, HEADS))
-                    full = [x.clone().requires_grad_() for x in (q, k, v)]
-                    expected_out = dense_attention(*full, cu, causal=causal)
-                    expected_out.backward(dout)
-                    expected = [expected_out.detach()] + [x.grad for x in full]
+                    (q, k, v), dout, expected = dense_case(cu, HEADS, kv_heads, HEAD_DIM, causal=causal,
+                                                           seed=seed * 100 + kv_heads + causal)
                     local = [zigzag_shard(x, cu, group_rank, degree).to(dtype).requires_grad_() for x in (q, k, v)]
                     stats = CommStats()
                     out = fcp_attention(*local, cu, group=group, algo="hybrid", causal=causal, comm_stats=stats)
                     out.backward(zigzag_shard(dout, cu, group_rank, degree).to(dtype))
                     split = (group.ulysses_degree, group.ring_degree)
                     got = [out] + [x.grad for x in local]
-                    unsharded = _unsharded_bf16(q, k, v, dout, cu, causal) if dtype == torch.bfloat16 else None
+                    unsharded = unsharded_bf16(q, k, v, dout, cu, causal) if dtype == torch.bfloat16 else None
                     for index, name in enumerate(("out", "dq", "dk", "dv")):
                         want = zigzag_shard(expected[index], cu, group_rank, degree)
                         what = f"{name} {split} {dtype} causal={causal} kv={kv_heads} {lengths}"
@@ -124,7 +91,7 @@ def _check_group(ranks: list[int], group: HybridGroup, seed: int, rank: int) -> 
                         if unsharded is None:
                             torch.testing.assert_close(got[index], want.to(dtype), msg=lambda m: f"{what}: {m}")
                         else:
-                            _within_bf16_of_one_process(got[index], want, zigzag_shard(unsharded[index], cu,
+                            within_bf16_of_one_process(got[index], want, zigzag_shard(unsharded[index], cu,
                                                                                        group_rank, degree), what)
                     element = torch.empty(0, dtype=dtype).element_size()
                     cases.append(HybridCase(split, dtype, causal, kv_heads, stats.forward_bytes_sent,
@@ -141,12 +108,8 @@ def _hybrid_world(rank: int, world_size: int) -> list[HybridCase]:
         for size, u in groups:
             layout.append((list(range(start, start + size)), u))
             start += size
-        needed = [ranks for ranks, _ in layout]
-        for ranks, u in layout:
-            if u is not None:
-                blocks, rings = hybrid_rank_sets(ranks, u)
-                needed += [list(s) for s in blocks + rings if len(s) > 1]
-        pool.prewarm(needed)
+        pool.prewarm([rank_set for ranks, u in layout for rank_set in communicator_rank_sets(
+            ranks, None if u is None else HybridSplit(u, len(ranks) // u))])
         for group_index, (ranks, u) in enumerate(layout):
             if rank not in ranks:
                 continue
@@ -154,7 +117,8 @@ def _hybrid_world(rank: int, world_size: int) -> list[HybridCase]:
                 x = torch.randn(5, HEADS, HEAD_DIM)
                 fcp_attention(x, x, x, [0, 10], group=pool.get(ranks), algo="ring")
                 continue
-            cases += _check_group(ranks, _hybrid_group(pool, ranks, u, rank), round_index * 10 + group_index, rank)
+            cases += _check_group(ranks, HybridGroup.from_pool(pool, ranks, u, rank), round_index * 10 + group_index,
+                                  rank)
     return cases
 
 

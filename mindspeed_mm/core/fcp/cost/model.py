@@ -210,6 +210,11 @@ class CostModel:
         """Whether Ulysses can split this model's (per TP rank) heads over `degree` ranks."""
         return self._ulysses.supported(int(degree))
 
+    @property
+    def hybrid_ulysses_degrees(self) -> tuple[int, ...]:
+        """The block sizes u a hybrid group may use: the Ulysses degrees of the heads that fit in a node."""
+        return self._hybrid.ulysses_degrees
+
     def runs_at(self, algo: str, degree: int) -> bool:
         """Whether this model prices `algo` on a group of `degree` ranks placed compactly (memory aside): ring
         always, Ulysses where it splits the heads, hybrid where it has a split (`hybrid_costs`)."""

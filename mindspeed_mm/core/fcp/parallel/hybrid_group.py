@@ -2,14 +2,16 @@
 
 `fcp_attention(..., group=HybridGroup(...), algo="hybrid")`: a group of degree d = u x r whose group rank
 k = i * u + j sits in block i (group ranks i * u .. i * u + u - 1, which run Ulysses together) at place j
-(the r ranks at place j of every block run the ring together). The step runtime builds it from the
-plan's rank sets (`solver.hybrid_split.hybrid_rank_sets`).
+(the r ranks at place j of every block run the ring together): `from_pool` picks them from a group pool.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch.distributed as dist
+
+from mindspeed_mm.core.fcp.parallel.group_pool import CommGroupPool
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,18 @@ class HybridGroup:
             if (group is None) != (degree == 1):
                 raise ValueError(f"a hybrid group of {name}_degree {degree} needs "
                                  f"{'no' if degree == 1 else 'a'} {name} process group")
+
+    @classmethod
+    def from_pool(cls, pool: CommGroupPool, ranks: Sequence[int], ulysses_degree: int, rank: int) -> "HybridGroup":
+        """Global rank `rank`'s block and ring in the hybrid group on global `ranks` (group-rank order) split into
+        blocks of `ulysses_degree`, from `pool` (which holds them once every process prewarmed the group's
+        `solver.hybrid_split.communicator_rank_sets`, the same sets)."""
+        u = int(ulysses_degree)
+        if u < 1 or len(ranks) % u:
+            raise ValueError(f"a hybrid group of {len(ranks)} ranks cannot be split into blocks of {u}")
+        block, place = divmod(list(ranks).index(rank), u)
+        members, ring = tuple(ranks[block * u:(block + 1) * u]), tuple(ranks[place::u])
+        return cls(pool.get(members) if u > 1 else None, pool.get(ring) if len(ring) > 1 else None, u, len(ring))
 
     @property
     def degree(self) -> int:

@@ -21,15 +21,9 @@ from mindspeed_mm.core.fcp.runtime.look_ahead import AsyncPlanner, PlannedStep
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator, calibration_line
 from mindspeed_mm.core.fcp.runtime.plan_check import check_plan_agreement, check_plan_executable
-from mindspeed_mm.core.fcp.solver import GroupPlan, Plan
+from mindspeed_mm.core.fcp.solver import Plan
 
 _logger = logging.getLogger(__name__)
-
-
-def _algo_name(group: GroupPlan) -> str:
-    """A group's algo as the plan log shows it: `hybrid:<u>x<r>` for a hybrid group."""
-    split = group.hybrid
-    return group.algo if split is None else f"{group.algo}:{split.ulysses_degree}x{split.ring_degree}"
 
 
 class StepPlanSource:
@@ -110,8 +104,8 @@ class StepPlanSource:
             self.logger.info(
                 "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms, "
                 "algos %s", step + 1, plan.num_rounds, [[g.degree for g in r.groups] for r in plan.rounds],
-                plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms, json.dumps([[_algo_name(g) for g in r.groups]
-                                                                                     for r in plan.rounds]),
+                plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms,
+                json.dumps([[g.algo_label for g in r.groups] for r in plan.rounds]),
             )
         return planned
 

@@ -28,7 +28,7 @@ from mindspeed_mm.core.fcp.runtime.recalibration import measured_group_times
 from mindspeed_mm.core.fcp.parallel import AttentionGroup, CommGroupPool, HybridGroup, contiguous_rank_ranges
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
 from mindspeed_mm.core.fcp.solver import Plan
-from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit, hybrid_rank_sets
+from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
 
 from mindspeed_mm_fcp.options import ATTENTION_ALGOS, GROUP_POOL_POLICIES
 
@@ -345,16 +345,10 @@ class FCPRuntime:
     def attention_group(self, fcp_round: FCPRound) -> AttentionGroup:
         """What `fcp_attention` attends over in `fcp_round`: its CP group (`process_group`), or for a hybrid group
         this rank's Ulysses block and ring (created by `begin_step` with the plan's other groups)."""
-        split = fcp_round.hybrid
-        if split is None:
+        if fcp_round.hybrid is None:
             return self.process_group(fcp_round)
-        blocks, rings = hybrid_rank_sets(fcp_round.group_ranks, split.ulysses_degree)
-        me = fcp_round.group_ranks[fcp_round.rank_in_group]
-        block = next(b for b in blocks if me in b)
-        ring = next(r for r in rings if me in r)
-        pool = self._pool()
-        return HybridGroup(pool.get(block) if len(block) > 1 else None, pool.get(ring) if len(ring) > 1 else None,
-                           split.ulysses_degree, split.ring_degree)
+        return HybridGroup.from_pool(self._pool(), fcp_round.group_ranks, fcp_round.hybrid.ulysses_degree,
+                                     fcp_round.group_ranks[fcp_round.rank_in_group])
 
     def plane_group(self) -> dist.ProcessGroup | None:
         """The process group of this rank's whole plane (None for a plane of one rank), which a round encoding

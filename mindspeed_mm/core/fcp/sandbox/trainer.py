@@ -115,6 +115,7 @@ class Trainer:
             max_degree=self.planner.static_cp_degree or self.planner.solver_config.degree_limit,
             comm_timeout_s=context.comm_timeout_s,
             attention_kernel=config.fcp.attention_kernel,
+            attention_algo=config.fcp.attention_algo,
         ))
         with communication("start-up", "creation of the FCP groups", self._world_ranks, context.comm_timeout_s):
             self.runtime.set_layout(FCPRankLayout(planes=(tuple(self._world_ranks),), rank=context.rank))

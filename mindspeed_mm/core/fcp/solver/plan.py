@@ -118,6 +118,12 @@ class GroupPlan:
                                    f"{self.hybrid.ring_degree} split belongs to a hybrid group of that degree, "
                                    f"not to algo {self.algo!r} of degree {self.degree}")
 
+    @property
+    def algo_label(self) -> str:
+        """The algo as logs show it: `hybrid:<u>x<r>` for a hybrid group."""
+        split = self.hybrid
+        return self.algo if split is None else f"{self.algo}:{split.ulysses_degree}x{split.ring_degree}"
+
     def communicator_rank_sets(self) -> tuple[tuple[int, ...], ...]:
         """The rank sets this group needs a communicator for (`hybrid_split.communicator_rank_sets`)."""
         return communicator_rank_sets(self.ranks, self.hybrid)
