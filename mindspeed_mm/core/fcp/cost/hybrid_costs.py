@@ -46,8 +46,13 @@ def rank_blocks(c: StageCoefficients, ulysses_degree: int) -> RingBlocks:
     return RingBlocks(fit, off, 2 * (max(c.kv_heads, u) // u) * c.head_bytes)
 
 
+_ONE_PASS_ENTRIES = 4096
+"""Up to this many priced entries, all splits go through the arithmetic in one pass (fewer numpy calls); above,
+one pass per split (less copying): about where the two cost the same on a 2-core host (1,000 to 60,000 entries)."""
+
+
 class HybridTimer:
-    """Hybrid group times of one stage: every candidate split's ring and all-to-alls in one stacked pass."""
+    """Hybrid group times of one stage: every split priced where it runs, all splits in one pass."""
 
     def __init__(self, coefficients: StageCoefficients, p2p: CommCurve, a2a: CommCurve, node_ranks: int) -> None:
         """`coefficients.ranks_per_node`: where a group is taken to span nodes (the node part of a placed group);
@@ -62,26 +67,24 @@ class HybridTimer:
         """The block sizes a group may use: Ulysses degrees of the heads that fit in a node."""
         self._u = np.asarray(self.ulysses_degrees, dtype=np.int64)
         u = self._u.astype(np.float64)
-        blocks = [rank_blocks(c, int(k)) for k in self._u]
+        blocks = [rank_blocks(c, k) for k in self.ulysses_degrees]
         self._split_offdiagonal = blocks[0].off_diagonal is not None
         # Bytes a rank sends per token it holds to the other u - 1 members: q/k/v in, the output back.
         a2a_bytes = np.stack([c.head_bytes * (c.heads + 2.0 * np.maximum(c.kv_heads, u)) * (u - 1) / u,
                               c.head_bytes * c.heads * (u - 1) / u], axis=1)
         # Each forward pass and the backward pass run both all-to-alls once; none on one rank.
         passes = (c.forward_passes + 1) * (self._u > 1)
-        # Per candidate u, one row: the blocks' constants (columns 0-6); the all-to-alls (7-8): on affine curves
-        # their time in ms as intercept + slope x the tokens a rank holds, else the bytes per token of each;
-        # the passes that run them (9) and u (10).
+        # Per u, one column: the blocks' constants (rows 0-6); the all-to-alls (7-8): on affine curves their time in
+        # ms as intercept + slope x the tokens a rank holds, else the bytes per token of each; their passes (9); u.
         rows = [(*b.diagonal, *(b.off_diagonal or b.diagonal), b.kv_bytes_per_token) for b in blocks]
         if a2a.affine is not None:
-            a_in, b_in, _, _ = a2a.affine
-            exchange = np.stack([passes * 2.0 * a_in, passes * b_in * a2a_bytes.sum(axis=1)], axis=1)
+            exchange = np.stack([passes * 2.0 * a2a.affine[0], passes * a2a.affine[1] * a2a_bytes.sum(axis=1)], axis=1)
         else:
             exchange = a2a_bytes
-        self._constants = np.concatenate([np.asarray(rows, dtype=np.float64), exchange, passes[:, None], u[:, None]],
-                                         axis=1)
+        self._constants = np.ascontiguousarray(np.concatenate(
+            [np.asarray(rows, dtype=np.float64), exchange, passes[:, None], u[:, None]], axis=1).T)
         self._aligned = (self.node_ranks % self._u == 0) & (c.ranks_per_node % self._u == 0)
-        self._runs_tables: dict[tuple[bool, bool], np.ndarray] = {}
+        self._runs_tables: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray]] = {}
 
     def times(self, w: WorkloadColumns, d_int: np.ndarray, *, beside_ring: bool = False,
               beside_ulysses: bool = False, only: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -89,36 +92,53 @@ class HybridTimer:
         split runs; memory not checked). `beside_ring` / `beside_ulysses`: the model offers that algo too, which
         keeps its own splits (module docstring); `only`: price that u alone."""
         if only is None:
-            runs = self._runs_table(beside_ring, beside_ulysses, int(d_int.max(initial=1)))[:, d_int]
+            slots, table = self._runs_table(beside_ring, beside_ulysses, int(d_int.max(initial=1)))
+            entries = [np.flatnonzero(table[k][d_int]) for k in range(slots.size)]
         else:
-            runs = ((self._u == only)[:, None, None] & (d_int % only == 0)
-                    & ((d_int <= self._c.ranks_per_node) | self._aligned[:, None, None]))
+            slots = np.flatnonzero(self._u == only)
+            entries = [np.flatnonzero((d_int % only == 0) & ((d_int <= self._c.ranks_per_node) | self._aligned[slot]))
+                       for slot in slots]
         out = self._c.non_attention_ms(w.total_tokens, w.vision_patches, 1.0 / d_int)
         out += self._c.launch_ms
-        slot, row, col = np.nonzero(runs)
-        if not slot.size:
-            return np.full(d_int.shape, np.inf), np.zeros(d_int.shape, dtype=np.int64)
-        # Every (split, workload, degree) that runs, priced once; the rest stay inf.
-        attention = np.full(runs.shape, np.inf)
-        attention[slot, row, col] = self._attention_ms(WorkloadColumns(w.values[row]), d_int[row, col][:, None],
-                                                       self._constants[slot])[:, 0]
-        chosen = np.argmin(attention, axis=0)
-        best = attention.min(axis=0)
-        out += best
-        return out, np.where(np.isfinite(best), self._u[chosen], 0)
+        best = np.full(d_int.size, np.inf)
+        split = np.zeros(d_int.size, dtype=np.int64)
+        # The (split, workload, degree) entries that run, priced in passes of many entries: one pass for all the
+        # splits when they are few (each pass costs its numpy calls), else one per split (the constants stay
+        # scalars broadcast, not copied per entry).
+        counts = [e.size for e in entries]
+        passes = [range(slots.size)] if sum(counts) <= _ONE_PASS_ENTRIES else [[k] for k in range(slots.size)]
+        for ks in passes:
+            if not sum(counts[k] for k in ks):
+                continue
+            at = np.concatenate([entries[k] for k in ks])
+            if len(ks) == 1:
+                constants = np.broadcast_to(self._constants[:, slots[ks[0]], None], (self._constants.shape[0], at.size))
+            else:
+                constants = np.repeat(self._constants[:, slots], counts, axis=1)   # [columns, E]
+            priced = self._attention_ms(WorkloadColumns(w.values[at // d_int.shape[1]]), d_int.ravel()[at][:, None],
+                                        constants)[:, 0]
+            start = 0
+            for k in ks:
+                where, times = at[start:start + counts[k]], priced[start:start + counts[k]]
+                better = times < best[where]
+                best[where[better]] = times[better]
+                split[where[better]] = self._u[slots[k]]
+                start += counts[k]
+        out += best.reshape(d_int.shape)
+        return out, split.reshape(d_int.shape)
 
     def priced(self, degree: int, *, beside_ring: bool = False, beside_ulysses: bool = False) -> bool:
         """Whether some split of `degree` ranks is priced (`times` is finite, memory aside)."""
-        return bool(self._runs_table(beside_ring, beside_ulysses, degree)[:, degree].any())
+        return bool(self._runs_table(beside_ring, beside_ulysses, degree)[1][:, degree].any())
 
-    def _runs_table(self, beside_ring: bool, beside_ulysses: bool, top: int) -> np.ndarray:
-        """[candidates, degrees]: whether split u is priced on d ranks (u divides d, its blocks sit inside nodes:
-        the group is inside one node, or blocks align with the node boundaries; minus the splits of the algos
-        beside it), for d up to at least `top`."""
+    def _runs_table(self, beside_ring: bool, beside_ulysses: bool, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, [slots, degrees]): the candidate u that are priced on some degree, and on which degrees d (u
+        divides d, its blocks sit inside nodes: the group is inside one node, or blocks align with the node
+        boundaries; minus the splits of the algos beside it), for d up to at least `top`."""
         key = (beside_ring, beside_ulysses)
-        table = self._runs_tables.get(key)
-        if table is None or top >= table.shape[1]:
-            d = np.arange(max(top + 1, 2 * (0 if table is None else table.shape[1]), 65))[None, :]
+        known = self._runs_tables.get(key)
+        if known is None or top >= known[1].shape[1]:
+            d = np.arange(max(top + 1, 2 * (0 if known is None else known[1].shape[1]), 65))[None, :]
             u = self._u[:, None]
             inside = d <= self._c.ranks_per_node
             table = (d % u == 0) & (d >= 1) & (inside | self._aligned[:, None])
@@ -126,23 +146,26 @@ class HybridTimer:
                 table &= u != 1
             if beside_ulysses:
                 table &= ~(inside & np.isin(d, ulysses_degrees(self._c.heads, self._c.kv_heads)))
-            self._runs_tables[key] = table
-        return table
+            slots = np.flatnonzero(table.any(axis=1))
+            known = self._runs_tables[key] = (slots, table[slots])
+        return known
 
     def _attention_ms(self, w: WorkloadColumns, d_int: np.ndarray, constants: np.ndarray) -> np.ndarray:
-        """[E, 1] attention of workload e on d_int[e] ranks in the split whose constants are row e."""
-        u = constants[:, 10:11]
-        blocks = RingBlocks((constants[:, 0:1], constants[:, 1:2], constants[:, 2:3]),
-                            (constants[:, 3:4], constants[:, 4:5], constants[:, 5:6]) if self._split_offdiagonal
-                            else None, constants[:, 6:7])
+        """[E, 1] attention of workload e on d_int[e] ranks in the split whose constants are column e."""
+        def row(index: int) -> np.ndarray:   # [E, 1]
+            return constants[index][:, None]
+
+        u = row(10)
+        blocks = RingBlocks((row(0), row(1), row(2)), (row(3), row(4), row(5)) if self._split_offdiagonal else None,
+                            row(6))
         first, hops = self._ring.attention_parts(w, self._ring.terms(d_int, d_int // u.astype(np.int64)), blocks)
         first += hops
         tokens = w.total_tokens / d_int
         if self._a2a.affine is not None:
-            first += constants[:, 7:8]
-            first += constants[:, 8:9] * tokens
+            tokens *= row(8)
+            first += tokens
+            first += row(7)
         else:
             sizes = np.broadcast_to(u.astype(np.int64), d_int.shape)
-            first += constants[:, 9:10] * (self._a2a.intra_for(constants[:, 7:8] * tokens, sizes)
-                                           + self._a2a.intra_for(constants[:, 8:9] * tokens, sizes))
+            first += row(9) * (self._a2a.intra_for(row(7) * tokens, sizes) + self._a2a.intra_for(row(8) * tokens, sizes))
         return first
