@@ -347,7 +347,8 @@ def _hybrid_round_groups(rank: int, world_size: int) -> dict[str, Any]:
         else:
             assert group is runtime.process_group(fcp_round)
     runtime.end_step()
-    return {"hybrid": [r.hybrid for r in rounds], "created": created, "sums": sums}
+    return {"hybrid": [r.hybrid for r in rounds], "created": created, "sums": sums,
+            "bound": runtime.groups.max_communicators}
 
 
 def test_a_hybrid_round_attends_over_its_block_and_its_ring() -> None:
@@ -358,6 +359,8 @@ def test_a_hybrid_round_attends_over_its_block_and_its_ring() -> None:
     for rank, result in enumerate(run_distributed(_hybrid_round_groups, 4, timeout_s=300.0)):
         assert result["hybrid"] == [HybridSplit(2, 2), None]
         assert result["created"] == 5
+        # The pool's bound: the 6 contiguous ranges of 2-4 of 4 ranks and the 2 rings of a 2 x 2 split.
+        assert result["bound"] == 8
         block, ring = (0, 1) if rank < 2 else (2, 3), (0, 2) if rank % 2 == 0 else (1, 3)
         assert result["sums"] == {"block": float(sum(r + 1 for r in block)), "ring": float(sum(r + 1 for r in ring)),
                                   "rank": rank}

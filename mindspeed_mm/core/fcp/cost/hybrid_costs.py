@@ -9,7 +9,9 @@ A rank of a group of d = u x r ranks holding T / d of the batch's T tokens, per 
 - ring attention over the r blocks (`ring_costs`) with heads / u query heads and max(kv_heads, u) / u K/V
   heads per rank: r steps per pass of (s / r) x (s / r) blocks of every document costing the Ulysses degree-u
   attention of a rank (the table's grid for degree u, else the full heads' fit over u, as Ulysses prices
-  it), off-diagonal blocks as the ring prices them with the same head share; each step's K/V of T / r
+  it), off-diagonal blocks as the ring prices them with the same head share (no device measures an
+  off-diagonal block of a head share: a table whose off-diagonal grid is its causal one keeps them equal,
+  a profiled off-diagonal grid is divided by u); each step's K/V of T / r
   tokens travels to the next block, across nodes when the group spans nodes (the slowest hop paces the
   ring), the group's d ranks sending at once;
 - the non-attention work on T / d tokens and the launch cost, as every algo.
@@ -52,7 +54,7 @@ one pass per split (less copying): about where the two cost the same on a 2-core
 
 
 class HybridTimer:
-    """Hybrid group times of one stage: every split priced where it runs, all splits in one pass."""
+    """Hybrid group times of one stage: every split priced on the entries where it runs, the fastest kept."""
 
     def __init__(self, coefficients: StageCoefficients, p2p: CommCurve, a2a: CommCurve, node_ranks: int) -> None:
         """`coefficients.ranks_per_node`: where a group is taken to span nodes (the node part of a placed group);

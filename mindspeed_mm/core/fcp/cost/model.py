@@ -356,18 +356,12 @@ class CostModel:
     def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
                     node_part: int | None = None, ulysses_degree: int | None = None) -> np.ndarray:
         """Times [K, W] of one algo, memory not checked; `node_part` and `ulysses_degree` as in `group_time_ms`."""
-        if node_part is not None and node_part != self.ranks_per_node:
-            ring, ulysses, hybrid = self._placed(node_part)
-            if algo == "ring":
-                return ring.times(columns, ring.terms(d_int))
-            if algo == "ulysses":
-                return ulysses.times(columns, d_int)
-        elif algo == "ring":
-            return self._ring.times(columns, self._ring_terms(d_int))
-        elif algo == "ulysses":
-            return self._ulysses.times(columns, d_int)
-        else:
-            hybrid = self._hybrid
+        placed = node_part is not None and node_part != self.ranks_per_node
+        ring, ulysses, hybrid = self._placed(node_part) if placed else (self._ring, self._ulysses, self._hybrid)
+        if algo == "ring":
+            return ring.times(columns, ring.terms(d_int) if placed else self._ring_terms(d_int))
+        if algo == "ulysses":
+            return ulysses.times(columns, d_int)
         return hybrid.times(columns, d_int, only=ulysses_degree, **self._hybrid_options)[0]
 
     def hybrid_splits(self, workloads: Sequence[GroupWorkload] | WorkloadColumns, degrees: Sequence[int],
