@@ -124,8 +124,9 @@ FCP_OPTIONS: tuple[FCPOption, ...] = (
     FCPOption("fcp_max_tokens_per_rank", positive_int, None,
               "LLM tokens one rank may hold (default: the memory limit of the cost model); it can only lower that "
               "limit: a larger value is capped at it, with a warning.", cli_flag="--max-tokens-per-rank"),
-    FCPOption("fcp_attention_algo", str, "auto", "Attention of a group: auto picks ring or ulysses per group by cost.",
-              choices=ATTENTION_ALGOS),
+    FCPOption("fcp_attention_algo", str, "auto",
+              "Attention of a group: auto picks ring, ulysses or hybrid (Ulysses inside blocks of a node, ring across "
+              "the blocks) per group by cost; ring or ulysses forces one.", choices=ATTENTION_ALGOS),
     FCPOption("fcp_attention_kernel", str, "auto",
               "Local attention kernel of ring and Ulysses blocks: auto (npu_fusion on NPU; torch_varlen on CUDA, "
               "else flash_attn where installed, else the torch reference with a warning; torch on CPU), "

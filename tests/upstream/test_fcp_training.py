@@ -8,15 +8,23 @@ through FCP's `npu_fusion` adapter on the bed's `npu_fusion_attention`. Every st
 agree within 1e-5 and its grad norm within 1e-4 (relative), so the packed samples, the zigzag shards, the
 mRoPE ids, the vision features, ring / Ulysses attention over the round's group, the loss weighting and the
 gradient reduction all reproduce single-device training.
+
+A third FCP run (FSDP2) has hybrid groups: its 4 processes are taken as two nodes of two (`fcp_ranks_per_node:
+2`) and planned from a cost table whose links between nodes are 8 times slower than inside a node (an Atlas A3
+die: 196 GB/s inside, 25 GB/s between nodes), so the planner runs groups of 4 as 2 x 2 (Ulysses over a node's
+two ranks, ring across the two nodes), with `fcp_max_tokens_per_rank: 50` so that most groups have 4 ranks;
+held to the same bounds against the same single-process run.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 
 import pytest
 
+from mindspeed_mm.core.fcp.cost.presets import preset_table
 from runner import logged_argument
 
 STEPS = 6
@@ -28,12 +36,30 @@ NPU_ADAPTER = "mindspeed_mm.core.fcp.parallel.kernels.npu_fusion"
 # steps' gradients (upstream's recipe warms up from 0).
 TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
 PLAN_LINE = re.compile(r"\[Rank 0 \|.*FCP plan of step (\d+): (\d+) rounds, degrees (\[\[.*?\]\])")
+ALGOS_LINE = re.compile(r"\[Rank 0 \|.*FCP plan of step (\d+): .*, algos (\[\[.*\]\])")
+SLOWER_BETWEEN_NODES = 8.0
+HYBRID_KEYS = {"fcp_preset": None, "fcp_max_tokens_per_rank": 50, "fcp_ranks_per_node": 2, "fcp_attention_algo": None}
+
+
+def two_node_table(path) -> str:
+    """The cpu-tiny preset's table with links between nodes `SLOWER_BETWEEN_NODES` times slower, saved at `path`."""
+    table = preset_table("cpu-tiny")
+    tm = table.time
+
+    def slower(grid):
+        return dataclasses.replace(grid, y=tuple(SLOWER_BETWEEN_NODES * y for y in grid.y))
+
+    dataclasses.replace(table, time=dataclasses.replace(tm, p2p_inter_ms=slower(tm.p2p_inter_ms),
+                                                        all_to_all_inter_ms=slower(tm.all_to_all_inter_ms))).save(path)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
-def runs(upstream_bed):
-    def recipe(fcp: bool, fsdp2: bool) -> dict:
+def runs(upstream_bed, tmp_path_factory):
+    def recipe(fcp: bool, fsdp2: bool, hybrid: bool = False) -> dict:
         extra = dict(TRAINING, **(FCP_KEYS if fcp else {}))
+        if hybrid:
+            extra.update(HYBRID_KEYS, fcp_profile_table=two_node_table(tmp_path_factory.mktemp("hybrid") / "table.json"))
         built = upstream_bed.recipe(cp_algo="fcp_cp_algo" if fcp else "ulysses_cp_algo", fsdp2=fsdp2,
                                     train_iters=STEPS, global_batch_size=GLOBAL_BATCH, extra_gpt=extra)
         if fcp:
@@ -46,6 +72,7 @@ def runs(upstream_bed):
     ])
     for name, fsdp2 in (("fcp_fsdp2", True), ("fcp_ddp", False)):
         done[name] = upstream_bed.run(recipe(True, fsdp2), 4, name=name, register_fcp=True)
+    done["fcp_hybrid"] = upstream_bed.run(recipe(True, True, hybrid=True), 4, name="fcp_hybrid", register_fcp=True)
     for name, log in done.items():
         print(f"[upstream FCP] {name}: wall={log.wall_s:.1f}s losses={log.losses} grad_norms={log.grad_norms} "
               f"step_ms={log.step_times_ms}")
@@ -56,9 +83,9 @@ def planned_degrees(text: str) -> dict[int, list[list[int]]]:
     return {int(m.group(1)): json.loads(m.group(3)) for m in PLAN_LINE.finditer(text)}
 
 
-@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp", "hybrid"])
 def test_fcp_on_4_processes_trains_like_one_process(runs, parallel) -> None:
-    fcp, single = runs[f"fcp_{parallel}"], runs[f"single_{parallel}"]
+    fcp, single = runs[f"fcp_{parallel}"], runs["single_ddp" if parallel == "ddp" else "single_fsdp2"]
     assert logged_argument(fcp.text, "context_parallel_algo") == "fcp_cp_algo"
     assert logged_argument(fcp.text, "world_size") == "4"
     assert len(fcp.losses) == len(single.losses) == STEPS
@@ -91,10 +118,17 @@ def test_the_memory_model_counts_the_communicators_the_upstream_path_creates(run
     assert all(held == assumed for held, assumed in found.values()), found
 
 
-@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_the_hybrid_run_planned_2_x_2_groups(runs) -> None:
+    algos = {int(m.group(1)): json.loads(m.group(2)) for m in ALGOS_LINE.finditer(runs["fcp_hybrid"].text)}
+    assert sorted(algos) == list(range(1, STEPS + 1))
+    assert any("hybrid:2x2" in groups for rounds in algos.values() for groups in rounds), algos
+    assert logged_argument(runs["fcp_hybrid"].text, "fcp_ranks_per_node") == "2"
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp", "hybrid"])
 def test_fcp_ring_blocks_ran_on_the_npu_kernel_through_fcps_adapter(upstream_bed, runs, parallel) -> None:
     text = runs[f"fcp_{parallel}"].text
-    assert logged_argument(text, "fcp_attention_algo") == "ring"
+    assert logged_argument(text, "fcp_attention_algo") == ("auto" if parallel == "hybrid" else "ring")
     assert logged_argument(text, "fcp_attention_kernel") == "npu_fusion"
     calls = upstream_bed.op_calls(f"fcp_{parallel}")
     assert len(calls) == 4

@@ -58,7 +58,7 @@ def test_keys_wait_for_enough_observations() -> None:
     ("call", "message"),
     [
         (lambda c: c.observe(0, "ring", 1.0, 1.0), "degree must be an int >= 1"),
-        (lambda c: c.observe(2, "hybrid", 1.0, 1.0), "algo must be one of"),
+        (lambda c: c.observe(2, "zigzag", 1.0, 1.0), "algo must be one of"),
         (lambda c: c.observe(2, "ring", 0.0, 1.0), "base_ms must be a finite time > 0"),
         (lambda c: c.observe(2, "ring", 1.0, float("nan")), "measured_ms must be a finite time > 0"),
     ],

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attention_reference import dense_attention, document_ids
-from mindspeed_mm.core.fcp.parallel import fcp_attention
+from mindspeed_mm.core.fcp.parallel import HybridGroup, fcp_attention
 from mindspeed_mm.core.fcp.parallel import kernels
 from mindspeed_mm.core.fcp.parallel.kernels import (
     KERNEL_CHOICES,
@@ -199,8 +199,14 @@ def test_local_attention_without_group_matches_reference(algo: str) -> None:
 def test_fcp_attention_rejects_bad_input() -> None:
     q, k, v = (x.detach() for x in _qkv(CU[-1], 4, 2, torch.float32))
     cu = torch.tensor(CU)
-    with pytest.raises(ValueError, match="unknown algo 'hybrid'"):
+    with pytest.raises(ValueError, match="unknown algo 'zigzag'"):
+        fcp_attention(q, k, v, cu, group=None, algo="zigzag")
+    with pytest.raises(ValueError, match="algo 'hybrid' needs a HybridGroup as group, got NoneType"):
         fcp_attention(q, k, v, cu, group=None, algo="hybrid")
+    with pytest.raises(ValueError, match="algo 'ring' needs a process group or None as group, got HybridGroup"):
+        fcp_attention(q, k, v, cu, group=HybridGroup(None, None, 1, 1), algo="ring")
+    with pytest.raises(ValueError, match="a hybrid group of ulysses_degree 2 needs a ulysses process group"):
+        HybridGroup(None, None, 2, 1)
     with pytest.raises(ValueError, match="q has 76 tokens but rank 0's zigzag shard of cu_seqlens holds 77"):
         fcp_attention(q[:-1], k, v, cu, group=None)
     with pytest.raises(ValueError, match=r"heads \(4\) must be a multiple of kv_heads \(3\)"):

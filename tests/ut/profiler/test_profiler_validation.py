@@ -45,7 +45,8 @@ def test_default_rounds_cover_every_degree_and_both_algos() -> None:
          "ulysses cannot split 4 heads"),
         ([ValidationRound((ValidationGroup((0, 2), "ring", (8,)), ValidationGroup((1, 3), "ring", (8,))))],
          r"group ranks \[0, 2\] are not contiguous"),
-        ([ValidationRound((ValidationGroup((0, 1, 2, 3), "hybrid", (8,)),))], "unknown algo 'hybrid'"),
+        ([ValidationRound((ValidationGroup((0, 1, 2, 3), "zigzag", (8,)),))], "unknown algo 'zigzag'"),
+        ([ValidationRound((ValidationGroup((0, 1, 2, 3), "hybrid", (8,)),))], "validation times ring and ulysses groups"),
         ([ValidationRound((ValidationGroup((0, 1, 2, 3), "ring", (8, 0)),))], "needs positive document lengths"),
     ],
 )

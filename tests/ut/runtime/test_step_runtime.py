@@ -338,3 +338,51 @@ def test_a_failed_exchange_of_the_round_times_names_the_step_and_the_ranks(monke
             runtime.end_step()
     finally:
         dist.destroy_process_group()
+
+
+def _hybrid_round_groups(rank: int, world_size: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from mindspeed_mm.core.fcp.parallel import HybridGroup
+    from mindspeed_mm.core.fcp.solver import GroupPlan, RoundPlan
+    from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
+
+    runtime = FCPRuntime(FCPRuntimeSettings())
+    runtime.set_layout(FCPRankLayout(planes=(tuple(range(world_size)),), rank=rank))
+    hybrid = GroupPlan((0, 1, 2, 3), 4, "hybrid", (0,), 1.0, hybrid=HybridSplit(2, 2))
+    plan = Plan((RoundPlan((hybrid,), 1.0), RoundPlan((GroupPlan((0, 1, 2, 3), 4, "ring", (1,), 1.0),), 1.0)),
+                2.0, 1.0, 0.0, 4)
+    rounds = runtime.begin_step(plan)
+    created = runtime.groups.num_created
+    sums = {}
+    for fcp_round in rounds:
+        runtime.next_round()
+        group = runtime.attention_group(fcp_round)
+        if isinstance(group, HybridGroup):
+            for name, members in (("block", group.ulysses_group), ("ring", group.ring_group)):
+                value = torch.tensor([float(rank + 1)])
+                dist.all_reduce(value, group=members)
+                sums[name] = float(value)
+            sums["rank"] = group.rank
+            # The group as a whole stays the round's process group (the vision split exchanges over it).
+            assert runtime.process_group(fcp_round) is runtime.groups.get((0, 1, 2, 3))
+        else:
+            assert group is runtime.process_group(fcp_round)
+    runtime.end_step()
+    return {"hybrid": [r.hybrid for r in rounds], "created": created, "sums": sums,
+            "bound": runtime.groups.max_communicators}
+
+
+def test_a_hybrid_round_attends_over_its_block_and_its_ring() -> None:
+    """A 2 x 2 hybrid group on 4 ranks: the step creates the group, its blocks {0, 1}, {2, 3} and its rings {0, 2},
+    {1, 3}; each rank's attention group reduces over its own block and ring, and names its place in the group."""
+    from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
+
+    for rank, result in enumerate(run_distributed(_hybrid_round_groups, 4, timeout_s=300.0)):
+        assert result["hybrid"] == [HybridSplit(2, 2), None]
+        assert result["created"] == 5
+        # The pool's bound: the 6 contiguous ranges of 2-4 of 4 ranks and the 2 rings of a 2 x 2 split.
+        assert result["bound"] == 8
+        block, ring = (0, 1) if rank < 2 else (2, 3), (0, 2) if rank % 2 == 0 else (1, 3)
+        assert result["sums"] == {"block": float(sum(r + 1 for r in block)), "ring": float(sum(r + 1 for r in ring)),
+                                  "rank": rank}

@@ -123,7 +123,7 @@ def test_a_shared_packer_gives_every_layout_the_micro_batches_of_its_own_packing
         calls.clear()
         layouts = 0   # those that hold the batch
         for degree in (1, 2, 4, 8, 16):
-            for algo in cost.algos:
+            for algo in ("ring", "ulysses"):   # hybrid is not priced on these degrees (Ulysses runs in a node)
                 alone = StaticPacker(lengths, patches, cost).alone_ms(degree, algo)
                 try:
                     expected = members_of_bins(*packing(lengths, alone.tolist(), degree * cost.capacity_tokens,

@@ -83,7 +83,7 @@ def format_plan(plan: Plan, lengths: np.ndarray) -> list[str]:
             tokens = int(sum(int(lengths[s]) for s in g.samples))
             noun = "sample" if len(g.samples) == 1 else "samples"
             lines.append(
-                f"  ranks {_rank_range(g.ranks):>7}  d={g.degree:<3d} {g.algo:<8} {len(g.samples):4d} {noun:<7} "
+                f"  ranks {_rank_range(g.ranks):>7}  d={g.degree:<3d} {g.algo_label:<11} {len(g.samples):4d} {noun:<7} "
                 f"{tokens:>9,d} tokens  {g.predicted_ms:>10,.1f} ms"
             )
     return lines

@@ -259,9 +259,10 @@ class CalibratedCostModel(CostModel):
         return self.base.group_time_ms(workload, degrees, algo)
 
     def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
-                    node_part: int | None = None) -> np.ndarray:
-        # The one hook every time query of CostModel goes through.
-        times = super()._algo_times(columns, d_int, algo, node_part)
+                    node_part: int | None = None, ulysses_degree: int | None = None) -> np.ndarray:
+        # The one hook every time query of CostModel goes through (a hybrid group's factor is its degree's
+        # whatever its split: the splits' relative times stay the model's).
+        times = super()._algo_times(columns, d_int, algo, node_part, ulysses_degree)
         if self.corrections.is_identity:
             return times
         return times * self.corrections.factor_array(d_int, algo)

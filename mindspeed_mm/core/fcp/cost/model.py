@@ -1,12 +1,13 @@
 """The cost model: per-rank memory and forward+backward time of a group, from a profile table.
 
 Time of one group (samples packed into one varlen batch of T tokens and P vision patches, on d
-ranks, algo ring or ulysses), per round, for one pipeline stage:
+ranks, algo ring, ulysses or hybrid), per round, for one pipeline stage:
 
     attention(algo, d) + per_token * T / d + per_patch * P / d + launch
 
 where the attention term holds the per-document quadratic work and the communication of the
-algo (see `coefficients`, `ring` and `ulysses` for the assumptions behind each term).
+algo (see `coefficients`, `ring_costs`, `ulysses_costs` and `hybrid_costs` for the assumptions behind
+each term). A hybrid group is priced at its fastest Ulysses x ring split (`hybrid_splits` says which).
 
 Memory of a rank = static (parameters, gradients, optimizer state) + workspace + activation
 bytes per token x tokens on the rank. Tokens spread evenly: T / d per rank (the per-document
@@ -14,6 +15,7 @@ padding to 2d chunks is ignored), so a group of degree d can hold d x capacity_t
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import math
@@ -24,6 +26,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost.coefficients import StageCoefficients
 from mindspeed_mm.core.fcp.cost.comm_costs import CommCurve
 from mindspeed_mm.core.fcp.cost.grid import Grid
+from mindspeed_mm.core.fcp.cost.hybrid_costs import HybridSplitRule, HybridTimer
 from mindspeed_mm.core.fcp.cost.presets import preset_table
 from mindspeed_mm.core.fcp.cost.ring_costs import RingDegreeTerms, RingTimer
 from mindspeed_mm.core.fcp.cost.table import ProfileTable, StepFigures
@@ -32,7 +35,8 @@ from mindspeed_mm.core.fcp.cost.workload import GroupWorkload, WorkloadColumns
 
 logger = logging.getLogger(__name__)
 
-ALGOS = ("ring", "ulysses")
+ALGOS = ("ring", "ulysses", "hybrid")
+HYBRID = "hybrid"
 # Tokens per rank of a model without memory limit (`without_memory_limit`).
 UNLIMITED_TOKENS = 1 << 60
 # Lengths from this size on have squares summed with Python integers (int64 could overflow).
@@ -84,14 +88,15 @@ class CostModel:
         optimistic: the planners warn (`solver.memory_checks`)."""
         self.coefficients = StageCoefficients.from_table(table)
         """Scalar constants of the time model."""
-        layers = table.layers_per_stage
-        tm = table.time
-        self._ring = RingTimer(self.coefficients,
-                               CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers, tm.p2p_by_group_size_ms))
+        self._p2p, self._a2a = _comm_curves(table)
+        self._ring = RingTimer(self.coefficients, self._p2p)
         self._ring_table: RingDegreeTerms | None = None
-        self._ulysses = UlyssesTimer(self.coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms,
-                                                                  layers, tm.all_to_all_by_group_size_ms))
-        self._placed_timers: dict[int, tuple[RingTimer, UlyssesTimer]] = {}
+        self._ulysses = UlyssesTimer(self.coefficients, self._a2a)
+        self._hybrid = HybridTimer(self.coefficients, self._p2p, self._a2a, self.ranks_per_node)
+        # Beside ring and Ulysses, hybrid leaves them what they price themselves (`hybrid_costs`).
+        self._hybrid_options = {"beside_ring": "ring" in algos, "beside_ulysses": "ulysses" in algos}
+        self._placed_timers: dict[int, tuple[RingTimer, UlyssesTimer, HybridTimer]] = {}
+        self._restricted: dict[frozenset[int] | None, CostModel] = {}
         self._memory_free: CostModel | None = None
         self._work_bound: CostModel | None = None
 
@@ -207,8 +212,43 @@ class CostModel:
         """Whether Ulysses can split this model's (per TP rank) heads over `degree` ranks."""
         return self._ulysses.supported(int(degree))
 
+    @property
+    def hybrid_ulysses_degrees(self) -> tuple[int, ...]:
+        """The block sizes u a hybrid group may use: the Ulysses degrees of the heads that fit in a node."""
+        return self._hybrid.ulysses_degrees
+
+    @property
+    def hybrid_rule(self) -> HybridSplitRule:
+        """The split each degree's hybrid groups use, and the degrees that may have them (`hybrid_costs`)."""
+        return self._hybrid.rule
+
+    def with_hybrid_degrees(self, degrees: frozenset[int] | None) -> "CostModel":
+        """This model with hybrid groups priced only on `degrees` (None: every degree with a split), e.g. those
+        of a run's communicator catalogue; built once per set."""
+        if degrees == self._hybrid.rule.degrees:
+            return self
+        known = self._restricted.get(degrees)
+        if known is None:
+            known = copy.copy(self)
+            known._hybrid = HybridTimer(self.coefficients, self._p2p, self._a2a, self.ranks_per_node, degrees)
+            known._placed_timers = {}
+            known._restricted = {}
+            self._restricted[degrees] = known
+        return known
+
+    def runs_at(self, algo: str, degree: int) -> bool:
+        """Whether this model prices `algo` on a group of `degree` ranks placed compactly (memory aside): ring
+        always, Ulysses where it splits the heads, hybrid where it has a split (`hybrid_costs`)."""
+        if algo not in ALGOS:
+            raise ValueError(f"unknown algo {algo!r}; valid: {list(ALGOS)}")
+        if algo == "ulysses":
+            return self.ulysses_supported(degree)
+        if algo == HYBRID:
+            return self._hybrid.priced(int(degree), **self._hybrid_options)
+        return True
+
     def group_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str, *,
-                      node_part: int | None = None) -> np.ndarray | float:
+                      node_part: int | None = None, ulysses_degree: int | None = None) -> np.ndarray | float:
         """Forward+backward time (ms) of `workload` on groups of each degree with `algo`.
 
         `degrees` is an int or a 1-D int array; the result is a float or a new array, inf where
@@ -220,13 +260,18 @@ class CostModel:
         inter-node cost: a ring is paced by its slowest hop, and the rank with the fewest peers on
         its node sends d - node_part shares of each all-to-all across nodes. None (the planner's
         search) assumes the compact placement: inside one node when d <= ranks_per_node.
+
+        `ulysses_degree`: a hybrid group's u, priced alone (inf where that split cannot run); None: the
+        fastest split the model may choose.
         """
         if algo not in ALGOS:
             raise ValueError(f"unknown algo {algo!r}; valid: {list(ALGOS)}")
+        if ulysses_degree is not None and algo != HYBRID:
+            raise ValueError(f"ulysses_degree prices a hybrid split; algo {algo!r} has none")
         d_int, scalar = _degree_vector(degrees)
         columns = WorkloadColumns.stack([workload])
         d_row = d_int[None, :]
-        out = self._algo_times(columns, d_row, algo, node_part)
+        out = self._algo_times(columns, d_row, algo, node_part, ulysses_degree)
         self._mask_memory(columns, d_row, out)
         return float(out[0, 0]) if scalar else out[0]
 
@@ -330,28 +375,43 @@ class CostModel:
         return best, index
 
     def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
-                    node_part: int | None = None) -> np.ndarray:
-        """Times [K, W] of one algo, memory not checked; `node_part` as in `group_time_ms`."""
-        if node_part is not None and node_part != self.ranks_per_node:
-            ring, ulysses = self._placed(node_part)
-            return ring.times(columns, ring.terms(d_int)) if algo == "ring" else ulysses.times(columns, d_int)
+                    node_part: int | None = None, ulysses_degree: int | None = None) -> np.ndarray:
+        """Times [K, W] of one algo, memory not checked; `node_part` and `ulysses_degree` as in `group_time_ms`."""
+        placed = node_part is not None and node_part != self.ranks_per_node
+        ring, ulysses, hybrid = self._placed(node_part) if placed else (self._ring, self._ulysses, self._hybrid)
         if algo == "ring":
-            return self._ring.times(columns, self._ring_terms(d_int))
-        return self._ulysses.times(columns, d_int)
+            return ring.times(columns, ring.terms(d_int) if placed else self._ring_terms(d_int))
+        if algo == "ulysses":
+            return ulysses.times(columns, d_int)
+        return hybrid.times(columns, d_int, only=ulysses_degree, **self._hybrid_options)[0]
 
-    def _placed(self, node_part: int) -> tuple[RingTimer, UlyssesTimer]:
+    def hybrid_splits(self, workloads: Sequence[GroupWorkload] | WorkloadColumns, degrees: Sequence[int],
+                      node_parts: Sequence[int | None]) -> np.ndarray:
+        """u of the fastest hybrid split of each placed group (workload k on degrees[k] ranks, node_parts[k] of them
+        on its emptiest node, None: compact), the split `group_time_ms(..., "hybrid")` prices; 0 where none runs."""
+        columns = workloads if isinstance(workloads, WorkloadColumns) else WorkloadColumns.stack(workloads)
+        d_int, _ = _degree_vector(np.asarray(degrees, dtype=np.int64))
+        parts = [self.ranks_per_node if p is None else int(p) for p in node_parts]
+        if not len(columns) == d_int.size == len(parts):
+            raise ValueError(f"{len(columns)} workloads, {d_int.size} degrees and {len(parts)} node parts")
+        out = np.zeros(d_int.size, dtype=np.int64)
+        for part in sorted(set(parts)):
+            rows = np.flatnonzero(np.asarray(parts) == part)
+            timer = self._hybrid if part == self.ranks_per_node else self._placed(part)[2]
+            out[rows] = timer.times(WorkloadColumns(columns.values[rows]), d_int[rows, None],
+                                    **self._hybrid_options)[1][:, 0]
+        return out
+
+    def _placed(self, node_part: int) -> tuple[RingTimer, UlyssesTimer, HybridTimer]:
         """Timers of groups whose emptiest node holds `node_part` of their ranks: the default ones
         with that as the node size (intra-node peers node_part - 1, the rest across nodes)."""
         if isinstance(node_part, bool) or not isinstance(node_part, (int, np.integer)) or node_part < 1:
             raise ValueError(f"node_part must be a positive int, got {node_part!r}")
         timers = self._placed_timers.get(int(node_part))
         if timers is None:
-            tm, layers = self.table.time, self.table.layers_per_stage
             coefficients = dataclasses.replace(self.coefficients, ranks_per_node=int(node_part))
-            timers = (RingTimer(coefficients, CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers,
-                                                        tm.p2p_by_group_size_ms)),
-                      UlyssesTimer(coefficients, CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms, layers,
-                                                           tm.all_to_all_by_group_size_ms)))
+            timers = (RingTimer(coefficients, self._p2p), UlyssesTimer(coefficients, self._a2a),
+                      HybridTimer(coefficients, self._p2p, self._a2a, self.ranks_per_node, self._hybrid.rule.degrees))
             self._placed_timers[int(node_part)] = timers
         return timers
 
@@ -374,6 +434,13 @@ class CostModel:
     def _mask_memory(self, columns: WorkloadColumns, d_int: np.ndarray, times: np.ndarray) -> None:
         """Set inf where the group's ranks cannot hold the batch (d x capacity < tokens)."""
         times[d_int * float(self.capacity_tokens) < columns.total_tokens] = np.inf
+
+
+def _comm_curves(table: ProfileTable) -> tuple[CommCurve, CommCurve]:
+    """(point-to-point, all-to-all) curves of a table, scaled to its layers per stage."""
+    tm, layers = table.time, table.layers_per_stage
+    return (CommCurve(tm.p2p_intra_ms, tm.p2p_inter_ms, layers, tm.p2p_by_group_size_ms),
+            CommCurve(tm.all_to_all_intra_ms, tm.all_to_all_inter_ms, layers, tm.all_to_all_by_group_size_ms))
 
 
 def _affine_envelope(grid: Grid) -> tuple[float, float]:

@@ -42,7 +42,27 @@ class RingDegreeTerms:
     p2p_slope_inv: np.ndarray | None
     """Scaled p2p slope per degree over d, to multiply by the K, V bytes of all tokens (affine only)."""
     degrees: np.ndarray
-    """The degrees (ints)."""
+    """The degrees of the groups (ints): the ranks that send at once (p2p curves by group size)."""
+
+
+@dataclass(frozen=True)
+class RingBlocks:
+    """What a ring step computes and sends on one rank: the stage fits of its diagonal and off-diagonal blocks
+    and the K/V bytes per token. Scalars, or [K, 1] columns to price several head shares in one pass (hybrid
+    attention's splits)."""
+
+    diagonal: tuple[float | np.ndarray, float | np.ndarray, float | np.ndarray]
+    """(alpha, beta, gamma) of the diagonal block."""
+    off_diagonal: tuple[float | np.ndarray, float | np.ndarray, float | np.ndarray] | None
+    """(alpha', beta', gamma') of an off-diagonal block; None: the diagonal's."""
+    kv_bytes_per_token: float | np.ndarray
+    """K and V bytes of one token of the rank's heads."""
+
+    @classmethod
+    def of_stage(cls, c: StageCoefficients) -> "RingBlocks":
+        """The blocks of a rank holding all the stage's heads."""
+        diagonal = (c.alpha, c.beta, c.gamma)
+        return cls(diagonal, None if c.off_diagonal == diagonal else c.off_diagonal, c.kv_bytes_per_token)
 
 
 class RingTimer:
@@ -51,30 +71,48 @@ class RingTimer:
     def __init__(self, coefficients: StageCoefficients, p2p: CommCurve) -> None:
         self._c = coefficients
         self._p2p = p2p
+        self.blocks = RingBlocks.of_stage(coefficients)
+        """The blocks of a rank holding all heads."""
 
-    def terms(self, d_int: np.ndarray) -> RingDegreeTerms:
-        """The workload-independent arrays of a degree array."""
-        d = d_int.astype(np.float64)
-        inv = 1.0 / d
-        spans = d > self._c.ranks_per_node
+    def terms(self, d_int: np.ndarray, ring_degrees: np.ndarray | None = None) -> RingDegreeTerms:
+        """The workload-independent arrays of a degree array; `ring_degrees` (same shape): rings of that many
+        ranks inside groups of `d_int` ranks (hybrid attention: spanning nodes and sending at once as the whole
+        group does), default the groups themselves."""
+        r = (d_int if ring_degrees is None else ring_degrees).astype(np.float64)
+        inv = 1.0 / r
+        spans = d_int > self._c.ranks_per_node
         base = slope = None
         if self._p2p.affine is not None:
             a_in, b_in, a_out, b_out = self._p2p.affine
             base = np.where(spans, a_out, a_in)
             slope = np.where(spans, b_out, b_in) * inv
-        return RingDegreeTerms(inv, d - 1.0, spans, base, slope, d_int)
+        return RingDegreeTerms(inv, r - 1.0, spans, base, slope, d_int)
 
     def times(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
         """Forward + backward time (ms) [K, W] of workload k at degree [k, w] of `t` (memory not
         checked)."""
         c = self._c
+        first, hops = self.attention_parts(w, t)
+        # The first step of each pass, the linear work, the launch cost and the later steps.
+        first += c.non_attention_ms(w.total_tokens, w.vision_patches, t.inv)
+        first += c.launch_ms
+        first += hops
+        return first
+
+    def attention_parts(self, w: WorkloadColumns, t: RingDegreeTerms,
+                        blocks: RingBlocks | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(first step of every pass, the later steps with their transfers) in ms [K, W]: the attention of `times`
+        (`blocks`: a rank's share of the heads, default all of them)."""
+        c = self._c
+        b = self.blocks if blocks is None else blocks
+        alpha, beta, gamma = b.diagonal
         # One step's block compute (forward + backward): max(call, alpha sum(s^2)/d^2 + beta T/d + gamma n).
-        step = t.inv * (c.alpha * w.sum_sq_tokens)
-        step += c.beta * w.total_tokens
+        step = t.inv * (alpha * w.sum_sq_tokens)
+        step += beta * w.total_tokens
         step *= t.inv
-        step += c.gamma * w.num_docs
+        step += gamma * w.num_docs
         np.maximum(step, c.attention_call_ms, out=step)
-        kv = c.kv_bytes_per_token * w.total_tokens
+        kv = b.kv_bytes_per_token * w.total_tokens
         if t.p2p_base is not None and t.p2p_slope_inv is not None:
             p_fwd = t.p2p_slope_inv * kv
             p_bwd = p_fwd * 2.0
@@ -89,23 +127,19 @@ class RingTimer:
             p_bwd = 2.0 * p_fwd
             last_hop = np.where(t.hops > 0, p_fwd, 0.0)
         # Steps 2..d of each pass: compute and transfer overlap.
-        block = step if c.off_diagonal == (c.alpha, c.beta, c.gamma) else self._block(w, t)
+        block = step if b.off_diagonal is None else self._block(w, t, b.off_diagonal)
         p_fwd = self._hop(block * c.attention_forward_fraction, p_fwd)
         p_fwd *= c.forward_passes
         p_fwd += self._hop(block * (1.0 - c.attention_forward_fraction), p_bwd)
         p_fwd *= t.hops
         if last_hop is not None:
             p_fwd += last_hop
-        # The first step of each pass, the linear work and the launch cost.
         step *= c.attention_passes_scale
-        step += c.non_attention_ms(w.total_tokens, w.vision_patches, t.inv)
-        step += c.launch_ms
-        step += p_fwd
-        return step
+        return step, p_fwd
 
-    def _block(self, w: WorkloadColumns, t: RingDegreeTerms) -> np.ndarray:
+    def _block(self, w: WorkloadColumns, t: RingDegreeTerms, fit: tuple) -> np.ndarray:
         """Compute (forward + backward) of one off-diagonal step: max(call, alpha' sum(s^2)/d^2 + beta' T/d + gamma' n)."""
-        alpha, beta, gamma = self._c.off_diagonal
+        alpha, beta, gamma = fit
         block = t.inv * (alpha * w.sum_sq_tokens)
         block += beta * w.total_tokens
         block *= t.inv

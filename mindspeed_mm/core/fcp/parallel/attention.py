@@ -8,6 +8,8 @@ import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
 from mindspeed_mm.core.fcp.parallel.collectives import CommStats
+from mindspeed_mm.core.fcp.parallel.hybrid import HybridAttention
+from mindspeed_mm.core.fcp.parallel.hybrid_group import HybridGroup
 from mindspeed_mm.core.fcp.parallel.kernels import AUTO, get_kernel, resolve_kernel_name
 from mindspeed_mm.core.fcp.parallel.ring import RingAttention
 from mindspeed_mm.core.fcp.parallel.ulysses import UlyssesAttention, kv_repeat_factor
@@ -16,10 +18,21 @@ from mindspeed_mm.core.fcp.parallel.zigzag import CuSeqlens, zigzag_layout
 ATTENTION_ALGOS: dict[str, type[torch.autograd.Function]] = {
     "ring": RingAttention,
     "ulysses": UlyssesAttention,
+    "hybrid": HybridAttention,
 }
+HYBRID = "hybrid"
+
+AttentionGroup = dist.ProcessGroup | HybridGroup | None
+"""What `fcp_attention` attends over: the CP group's process group (ring, Ulysses), its `HybridGroup`
+(hybrid), or None (one rank)."""
 
 
-def _group_rank_and_size(group: dist.ProcessGroup | None) -> tuple[int, int]:
+def _group_rank_and_size(group: AttentionGroup, algo: str) -> tuple[int, int]:
+    if isinstance(group, HybridGroup) != (algo == HYBRID):
+        raise ValueError(f"algo {algo!r} needs {'a HybridGroup' if algo == HYBRID else 'a process group or None'} "
+                         f"as group, got {type(group).__name__}")
+    if isinstance(group, HybridGroup):
+        return group.rank, group.degree
     if group is None:
         return 0, 1
     rank = dist.get_rank(group)
@@ -54,7 +67,7 @@ def fcp_attention(
     v: torch.Tensor,
     cu_seqlens: CuSeqlens,
     *,
-    group: dist.ProcessGroup | None,
+    group: AttentionGroup,
     algo: str = "ring",
     causal: bool = True,
     softmax_scale: float | None = None,
@@ -66,17 +79,20 @@ def fcp_attention(
     q ``[t, heads, head_dim]`` and k, v ``[t, kv_heads, head_dim]`` are this rank's ``zigzag_shard``
     of the packed batch whose documents ``cu_seqlens`` delimits (same on every rank of ``group``).
     Attention never crosses a document boundary. ``group`` is the CP group (``None``: local attention
-    without torch.distributed, as for a group of one). ``kernel`` names the local kernel (a value of
+    without torch.distributed, as for a group of one); for ``algo="hybrid"`` its `HybridGroup` (Ulysses inside
+    blocks of consecutive group ranks, ring across the blocks). ``kernel`` names the local kernel (a value of
     ``fcp_attention_kernel``; default ``auto``: by device). ``comm_stats`` accumulates the bytes this rank
     sends, forward and backward.
     """
     if algo not in ATTENTION_ALGOS:
         raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ATTENTION_ALGOS)}")
-    rank, degree = _group_rank_and_size(group)
+    rank, degree = _group_rank_and_size(group, algo)
     layout = zigzag_layout(cu_seqlens, degree)
     _check_tensors(q, k, v, layout.shard(rank).length, rank)
     if algo == "ulysses":
         kv_repeat_factor(q.shape[1], k.shape[1], degree)
+    elif algo == HYBRID:
+        kv_repeat_factor(q.shape[1], k.shape[1], group.ulysses_degree)
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(q.shape[2])
     call = AttentionCall(

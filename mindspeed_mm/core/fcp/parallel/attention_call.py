@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.parallel.collectives import CommStats
+from mindspeed_mm.core.fcp.parallel.hybrid_group import HybridGroup
 from mindspeed_mm.core.fcp.parallel.kernels import AttentionKernel
 from mindspeed_mm.core.fcp.parallel.zigzag import ZigzagLayout
 
@@ -14,8 +15,9 @@ from mindspeed_mm.core.fcp.parallel.zigzag import ZigzagLayout
 class AttentionCall:
     """Arguments of one ``fcp_attention`` call, carried from its forward to its backward."""
 
-    group: dist.ProcessGroup | None
-    """Process group of the CP group; None only for local attention (degree 1)."""
+    group: dist.ProcessGroup | HybridGroup | None
+    """Process group of the CP group (its Ulysses block and ring for hybrid attention); None only for local
+    attention (degree 1)."""
     rank: int
     """This rank's index inside ``group``."""
     layout: ZigzagLayout

@@ -1,4 +1,4 @@
-"""Ring attention on the per-document zigzag layout.
+"""Ring attention on the per-document zigzag layout (or on a layout of merged blocks, `zigzag_layout`'s `block`).
 
 At step ``s`` rank ``r`` attends with the K/V block of rank ``(r - s) mod d`` while the block it
 holds travels to rank ``r + 1``. Under a causal mask, chunk order equals position order, so for a
@@ -45,12 +45,12 @@ def _cu(lengths: torch.Tensor) -> tuple[int, ...]:
 
 def ring_schedule(layout: ZigzagLayout, rank: int, causal: bool) -> tuple[RingStep, ...]:
     """The ``degree`` steps rank ``rank`` runs (cached per layout, rank and mask)."""
-    return _schedule(layout.cu_seqlens, layout.degree, rank, causal)
+    return _schedule(layout.cu_seqlens, layout.degree, layout.block, rank, causal)
 
 
 @lru_cache(maxsize=256)
-def _schedule(cu_seqlens: tuple[int, ...], degree: int, rank: int, causal: bool) -> tuple[RingStep, ...]:
-    layout = zigzag_layout(cu_seqlens, degree)
+def _schedule(cu_seqlens: tuple[int, ...], degree: int, block: int, rank: int, causal: bool) -> tuple[RingStep, ...]:
+    layout = zigzag_layout(cu_seqlens, degree, block)
     own = layout.shard(rank)
     own_cu = tuple(own.cu_seqlens.tolist())
     steps = []

@@ -5,6 +5,14 @@ Every document is cut into ``2 * degree`` contiguous chunks whose sizes differ b
 ("front") and ``2 * degree - 1 - j`` ("back") of every document; its shard is, for each document
 in order, the front chunk followed by the back chunk. Under a causal mask this gives every rank
 the same amount of attention work, up to one token per chunk.
+
+A layout can also merge blocks of ``block`` consecutive ranks of the zigzag over ``degree * block`` ranks
+into ``degree`` shards (hybrid attention's ring over Ulysses blocks): shard ``i`` then holds the fine
+chunks ``i * block .. (i + 1) * block - 1`` as its front and their mirror images as its back, which is
+exactly what the fine ranks ``i * block .. (i + 1) * block - 1`` hold together. Front and back stay
+contiguous runs of each document, front before back, so the ring's schedule applies unchanged. It is not
+the plain zigzag over ``degree`` ranks: that one cuts each document into ``2 * degree`` chunks, whose
+boundaries differ by a token or more wherever ``2 * degree * block`` does not divide a document.
 """
 from __future__ import annotations
 
@@ -51,7 +59,9 @@ class ZigzagLayout:
     cu_seqlens: tuple[int, ...]
     """Document boundaries of the packed batch, starting at 0."""
     degree: int
-    """Number of ranks the batch is sharded over."""
+    """Number of shards the batch is cut into (ranks of the group, or of its ring)."""
+    block: int
+    """Consecutive ranks of the zigzag over ``degree * block`` ranks merged into each shard (1: plain zigzag)."""
     shards: tuple[RankShard, ...]
     """One entry per rank of the group, in group-rank order."""
     shard_order: torch.Tensor
@@ -99,16 +109,18 @@ def normalize_cu_seqlens(cu_seqlens: CuSeqlens) -> tuple[int, ...]:
     return values
 
 
-def zigzag_layout(cu_seqlens: CuSeqlens, degree: int) -> ZigzagLayout:
-    """Zigzag layout of the packed batch ``cu_seqlens`` over ``degree`` ranks (cached)."""
-    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
-        raise ValueError(f"degree must be a positive integer, got {degree!r}")
-    return _build_layout(normalize_cu_seqlens(cu_seqlens), degree)
+def zigzag_layout(cu_seqlens: CuSeqlens, degree: int, block: int = 1) -> ZigzagLayout:
+    """Zigzag layout of the packed batch ``cu_seqlens`` over ``degree`` ranks (cached); with ``block`` > 1,
+    the zigzag over ``degree * block`` ranks with each block of ``block`` consecutive ranks merged into one shard."""
+    for name, value in (("degree", degree), ("block", block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return _build_layout(normalize_cu_seqlens(cu_seqlens), degree, block)
 
 
 @lru_cache(maxsize=_LAYOUT_CACHE_SIZE)
-def _build_layout(cu_seqlens: tuple[int, ...], degree: int) -> ZigzagLayout:
-    num_chunks = 2 * degree
+def _build_layout(cu_seqlens: tuple[int, ...], degree: int, block: int) -> ZigzagLayout:
+    num_chunks = 2 * degree * block
     cu = torch.tensor(cu_seqlens, dtype=torch.int64)
     doc_starts = cu[:-1]
     lengths = cu[1:] - doc_starts
@@ -117,15 +129,17 @@ def _build_layout(cu_seqlens: tuple[int, ...], degree: int) -> ZigzagLayout:
     chunk_sizes = (lengths // num_chunks).unsqueeze(1) + (chunk_ids.unsqueeze(0) < (lengths % num_chunks).unsqueeze(1))
     chunk_starts = doc_starts.unsqueeze(1) + torch.cumsum(chunk_sizes, dim=1) - chunk_sizes
 
+    # [num_docs, 2 * degree]: each shard's chunk is `block` consecutive fine chunks (one when block = 1).
+    merged_starts = chunk_starts[:, ::block]
+    merged_sizes = chunk_sizes.reshape(chunk_sizes.shape[0], 2 * degree, block).sum(dim=2)
     shards = tuple(
-        _build_shard(chunk_starts, chunk_sizes, doc_starts, rank, num_chunks - 1 - rank) for rank in range(degree)
+        _build_shard(merged_starts, merged_sizes, doc_starts, rank, 2 * degree - 1 - rank) for rank in range(degree)
     )
     shard_order = torch.cat([shard.global_index for shard in shards])
     unshard_index = torch.empty_like(shard_order)
     unshard_index[shard_order] = torch.arange(shard_order.numel(), dtype=torch.int64)
-    return ZigzagLayout(
-        cu_seqlens=cu_seqlens, degree=degree, shards=shards, shard_order=shard_order, unshard_index=unshard_index
-    )
+    return ZigzagLayout(cu_seqlens=cu_seqlens, degree=degree, block=block, shards=shards, shard_order=shard_order,
+                        unshard_index=unshard_index)
 
 
 def _build_shard(

@@ -42,6 +42,9 @@ from mindspeed_mm.core.fcp.profiler.timing import CLOCKS, STATISTICS, check_cloc
 from mindspeed_mm.core.fcp.profiler.world import run_world
 from mindspeed_mm.core.fcp.simulate.workloads import generate, scale_lengths
 
+VALIDATED_ALGOS = ("ring", "ulysses")
+"""The algos whose groups `fcp profile --validate` times (a hybrid group needs its block and ring groups)."""
+
 TARGET_MAPE_PERCENT = 10.0
 """Acceptance bound on the mean absolute percentage error."""
 
@@ -399,6 +402,8 @@ def check_rounds(rounds: Sequence[ValidationRound], world_size: int, shape: Mode
         for group in r.groups:
             if group.algo not in ALGOS:
                 raise ValueError(f"round {index}: unknown algo {group.algo!r}; valid: {list(ALGOS)}")
+            if group.algo not in VALIDATED_ALGOS:
+                raise ValueError(f"round {index}: validation times ring and ulysses groups, not {group.algo!r} ones")
             if group.algo == "ulysses" and group.degree not in supported:
                 raise ValueError(f"round {index}: ulysses cannot split {shape.heads} heads ({shape.kv_heads} kv heads) "
                                  f"over degree {group.degree}")

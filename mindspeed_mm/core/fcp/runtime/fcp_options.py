@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
+from mindspeed_mm.core.fcp.cost import ALGOS, HYBRID, CostModel
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
@@ -50,7 +50,7 @@ class FCPOptions:
     max_tokens_per_rank: int | None = _option("fcp_max_tokens_per_rank")
     """Lowers the cost model's memory limit in tokens per rank."""
     attention_algo: str = _option("fcp_attention_algo")
-    """`auto` (ring or Ulysses per group by cost), `ring` or `ulysses`."""
+    """`auto` (ring, Ulysses or hybrid per group by cost), `ring` or `ulysses`."""
     attention_kernel: str = _option("fcp_attention_kernel")
     """Local attention kernel (`auto`: by device)."""
     async_planning: bool = _option("fcp_async_planning")
@@ -110,9 +110,10 @@ class FCPOptions:
         algos = self.algos if algos is None else tuple(algos)
         communicators = None
         if num_ranks is not None:
+            block = self.hybrid_block(expert_parallel=expert_parallel) if HYBRID in algos else 0
             catalogue = group_catalogue(num_ranks, min(self.max_degree or num_ranks, num_ranks),
                                         self.communicator_budget or default_budget(num_ranks), algos,
-                                        plane=step_semantics == LOCKSTEP)
+                                        plane=step_semantics == LOCKSTEP, hybrid_block=block)
             communicators = (catalogue.worst, framework_communicators(num_ranks, tp, pp))
         return build_cost_model(
             preset=self.preset, profile_table=self.profile_table, max_tokens_per_rank=self.max_tokens_per_rank,
@@ -156,12 +157,20 @@ class FCPOptions:
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
                               logger=log, first_step=first_step)
 
-    def runtime_settings(self, *, step_semantics: str = LOCKSTEP) -> FCPRuntimeSettings:
-        """What the step runtime needs (its catalogue of groups is the planner's of `step_semantics`)."""
+    def runtime_settings(self, *, step_semantics: str = LOCKSTEP, expert_parallel: int = 1) -> FCPRuntimeSettings:
+        """What the step runtime needs (its catalogue of groups is the planner's of `step_semantics`, with the
+        hybrid split of the cost source's heads and nodes)."""
         return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=self.max_degree,
                                   communicator_budget=self.communicator_budget or AUTO, algos=self.algos,
                                   plane_group=step_semantics == LOCKSTEP, comm_timeout_s=self.comm_timeout_s,
-                                  attention_kernel=self.attention_kernel, log_plan=self.log_plan)
+                                  attention_kernel=self.attention_kernel, log_plan=self.log_plan,
+                                  hybrid_block=self.hybrid_block(expert_parallel=expert_parallel))
+
+    def hybrid_block(self, *, expert_parallel: int = 1) -> int:
+        """The largest block of the run's hybrid groups (`CostModel.hybrid_rule`); 0 when plans run none."""
+        if HYBRID not in self.algos:
+            return 0
+        return self.cost_model(num_ranks=None, expert_parallel=expert_parallel).hybrid_rule.block
 
 
 __all__ = ["FCPOptions"]

@@ -9,6 +9,7 @@ the same plan everywhere (digest all-gather), and one that fits the batch, the r
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Sequence
 
@@ -103,10 +104,11 @@ class StepPlanSource:
             plan = planned.plan
             self.logger.info(
                 "FCP plan of step %d: %d rounds, degrees %s, predicted %.1f ms (lower bound %.1f ms), waited %.1f ms; "
-                "predicted step with its own costs %.1f ms",
+                "predicted step with its own costs %.1f ms, algos %s",
                 step + 1, plan.num_rounds, [[g.degree for g in r.groups] for r in plan.rounds],
                 plan.predicted_ms, plan.lower_bound_ms, planned.wait_ms,
                 step_ms(plan, self.planner.cost, self.planner.solver_config.step_semantics),
+                json.dumps([[g.algo_label for g in r.groups] for r in plan.rounds]),
             )
         return planned
 

@@ -27,13 +27,14 @@ from mindspeed_mm.core.fcp.runtime.comm_errors import communication
 from mindspeed_mm.core.fcp.runtime.recalibration import measured_group_times
 from mindspeed_mm.core.fcp.cost import ALGOS
 from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
-from mindspeed_mm.core.fcp.parallel import CommGroupPool
+from mindspeed_mm.core.fcp.parallel import AttentionGroup, CommGroupPool, HybridGroup
 from mindspeed_mm.core.fcp.parallel.device import collective_device, synchronize
 from mindspeed_mm.core.fcp.solver import InvalidPlanError, Plan
 from mindspeed_mm.core.fcp.solver.communicators import (
     GroupCatalogue, default_budget, group_catalogue, plan_communicators,
 )
 from mindspeed_mm.core.fcp.solver.plan import AUTO
+from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
 
 from mindspeed_mm_fcp.options import GROUP_POOL_POLICIES
 
@@ -97,11 +98,13 @@ class FCPRound:
     rank_in_group: int
     """Index of this process in `group_ranks`."""
     algo: str
-    """Attention algorithm of the group: "ring" or "ulysses"."""
+    """Attention algorithm of the group: "ring", "ulysses" or "hybrid"."""
     batch_positions: tuple[int, ...]
     """Positions (in the global batch) of the group's samples, in packing order."""
     vision_over_round: bool = False
     """The round's media are encoded by all the plane's ranks (`RoundPlan.vision_over_round`)."""
+    hybrid: HybridSplit | None = None
+    """A hybrid group's Ulysses x ring split (`GroupPlan.hybrid`); None for the other algos."""
 
     @property
     def degree(self) -> int:
@@ -136,6 +139,7 @@ def rounds_of_rank(plan: Plan, layout: FCPRankLayout) -> list[FCPRound]:
                 algo=group.algo,
                 batch_positions=tuple(group.samples),
                 vision_over_round=plan.rounds[index].vision_over_round,
+                hybrid=group.hybrid,
             )
         )
     return rounds
@@ -163,6 +167,8 @@ class FCPRuntimeSettings:
     """Local attention kernel of the FCP attention (a value of `fcp_attention_kernel`)."""
     log_plan: bool = False
     """Log what each round runs (`fcp_log_plan`): the plans, and how a group split its vision tower."""
+    hybrid_block: int = 0
+    """The largest block of a hybrid group (`CostModel.hybrid_rule`: its planner's); 0: no hybrid group."""
 
     def __post_init__(self) -> None:
         if self.group_pool not in GROUP_POOL_POLICIES:
@@ -174,7 +180,7 @@ class FCPRuntimeSettings:
         """The groups the run's plans may use on planes of `num_ranks` ranks (`communicators.group_catalogue`)."""
         budget = default_budget(num_ranks) if self.communicator_budget == AUTO else self.communicator_budget
         return group_catalogue(num_ranks, min(self.max_degree or num_ranks, num_ranks), budget,  # type: ignore[arg-type]
-                               self.algos, self.plane_group)
+                               self.algos, self.plane_group, self.hybrid_block)
 
 
 PlanSource = Callable[[], Plan]
@@ -372,6 +378,14 @@ class FCPRuntime:
         if fcp_round.degree == 1:
             return None
         return self._pool().get(fcp_round.group_ranks)
+
+    def attention_group(self, fcp_round: FCPRound) -> AttentionGroup:
+        """What `fcp_attention` attends over in `fcp_round`: its CP group (`process_group`), or for a hybrid group
+        this rank's Ulysses block and ring (created by `begin_step` with the plan's other groups)."""
+        if fcp_round.hybrid is None:
+            return self.process_group(fcp_round)
+        return HybridGroup.from_pool(self._pool(), fcp_round.group_ranks, fcp_round.hybrid.ulysses_degree,
+                                     fcp_round.group_ranks[fcp_round.rank_in_group])
 
     def plane_group(self) -> dist.ProcessGroup | None:
         """The process group of this rank's whole plane (None for a plane of one rank), which a round encoding

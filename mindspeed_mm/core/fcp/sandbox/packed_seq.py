@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from megatron.core.packed_seq_params import PackedSeqParams
+
+from mindspeed_mm.core.fcp.parallel import AttentionGroup
 
 
 @dataclass
@@ -22,12 +23,12 @@ class FCPPackedSeqParams(PackedSeqParams):
     """`[num_docs + 1]` int64 document boundaries of the group's whole packed batch (same on all its ranks)."""
     position_ids: torch.Tensor | None = None
     """`[shard_tokens]` int64 position of each of this rank's tokens inside its own document."""
-    group: dist.ProcessGroup | None = None
-    """The round's context-parallel group of this rank."""
+    group: AttentionGroup = None
+    """What the attention of this rank's round runs over: its CP group, or a hybrid group's block and ring."""
     degree: int = 1
-    """Ranks in `group`."""
+    """Ranks in the CP group."""
     algo: str = "ring"
-    """How attention is split over the group: "ring" or "ulysses"."""
+    """How attention is split over the group: "ring", "ulysses" or "hybrid"."""
     kernel: str = "auto"
     """Local attention kernel (a value of `fcp_attention_kernel`)."""
 

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.parallel import AttentionGroup
 from mindspeed_mm.core.fcp.sandbox.text_dataset import Sample
 from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.core.fcp.sandbox.packed_shard import (
@@ -63,7 +63,7 @@ def build_shard_batch(
     *,
     rank_in_group: int,
     degree: int,
-    group: dist.ProcessGroup | None,
+    group: AttentionGroup,
     algo: str,
     kernel: str = "auto",
 ) -> ShardBatch:

@@ -129,7 +129,7 @@ class RoundRunner:
                 sample_indices = self.sampler.round_sample_indices(step, fcp_round)
                 what = f"round {fcp_round.round_index + 1} of the plan ({fcp_round.algo} attention, forward and backward)"
                 with communication(f"step {step + 1}", what, fcp_round.group_ranks, self.runtime.settings.comm_timeout_s):
-                    forward = self.forward_round(fcp_round, sample_indices, self.runtime.process_group(fcp_round))
+                    forward = self.forward_round(fcp_round, sample_indices)
                     round_loss = (forward.token_losses.reshape(-1) * forward.loss_mask).sum()
                     (round_loss / normaliser).backward()
                     synchronize(self.device)
@@ -173,14 +173,13 @@ class RoundRunner:
             )
         return StepOutput(loss_sum=loss_sum, accounting=accounting, rounds=records, rank_round_ms=rank_round_ms)
 
-    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...],
-                      process_group: dist.ProcessGroup | None) -> RoundForward:
+    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...]) -> RoundForward:
         """Loads the round's samples, builds this rank's shard and runs the model forward."""
         shard = build_shard_batch(
             self.sampler.load(sample_indices),
             rank_in_group=fcp_round.rank_in_group,
             degree=fcp_round.degree,
-            group=process_group,
+            group=self.runtime.attention_group(fcp_round),
             algo=fcp_round.algo,
             kernel=self.runtime.settings.attention_kernel,
         ).to(self.device)

@@ -122,6 +122,7 @@ class Trainer:
             plane_group=solver.vision_over_round and solver.step_semantics == LOCKSTEP,
             comm_timeout_s=context.comm_timeout_s,
             attention_kernel=config.fcp.attention_kernel,
+            hybrid_block=self.planner.cost.hybrid_rule.block,
         ))
         with communication("start-up", "creation of the FCP groups", self._world_ranks, context.comm_timeout_s):
             self.runtime.set_layout(FCPRankLayout(planes=(tuple(self._world_ranks),), rank=context.rank))

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from mindspeed_mm.core.fcp.solver import Plan
 
-_ALGO_COLOURS = {"ring": "#4C72B0", "ulysses": "#DD8452"}
+_ALGO_COLOURS = {"ring": "#4C72B0", "ulysses": "#DD8452", "hybrid": "#55A868"}
 _OTHER_COLOUR = "#8172B3"
 _IDLE_COLOUR = "#E5E5E5"
 

@@ -11,6 +11,7 @@ from mindspeed_mm.core.fcp.cost import CostModel, GroupWorkload
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
 from mindspeed_mm.core.fcp.solver.expert_phases import priced_with_expert_exchange
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
+from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
 from mindspeed_mm.core.fcp.solver.lower_bound import step_lower_bound
 from mindspeed_mm.core.fcp.solver.memory_checks import warn_if_state_sharded_wider
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
@@ -123,4 +124,5 @@ def baseline_plan(
         plan = priced_in_phases(plan, lengths, patches, cost, config.ranks_per_node, over_round=False)
     if semantics == LOCKSTEP:
         plan = priced_with_expert_exchange(plan, lengths, cost)
+    plan = with_hybrid_splits(plan, lengths, cost)
     return dataclasses.replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)

@@ -87,7 +87,7 @@ def static_cp_degree(max_length: int, cost: CostModel, config: SolverConfig, alg
     candidates = [
         d
         for d in range(max(needed, 1), config.degree_limit + 1)
-        if config.num_ranks % d == 0 and (algo != ULYSSES or cost.ulysses_supported(d))
+        if config.num_ranks % d == 0 and cost.runs_at(algo, d)
     ]
     if not candidates:
         heads = " that Ulysses supports (divides the heads)" if algo == ULYSSES else ""
@@ -114,8 +114,8 @@ def _homogeneous_plan(
             f"{strategy}: CP degree {degree} must divide {config.num_ranks} ranks and be at most "
             f"{config.degree_limit}"
         )
-    if algo == ULYSSES and not cost.ulysses_supported(degree):
-        raise BaselineInfeasibleError(f"{strategy}: Ulysses cannot split the attention heads over {degree} ranks")
+    if not cost.runs_at(algo, degree):
+        raise BaselineInfeasibleError(f"{strategy}: {algo.capitalize()} cannot split the attention heads over {degree} ranks")
     longest = int(np.argmax(lengths))
     if cost.min_degree(int(lengths[longest])) > degree:
         raise BaselineInfeasibleError(

@@ -15,12 +15,21 @@ over all ranks exchange on) included:
   them), then, while the budget allows, the extra degrees in the order of `extra_degree_candidates` (3 x 2^k
   first: a group of 3 x 2^k ranks leaves the rest of its slot to one power-of-two group of 2^k).
 
+Hybrid groups (Ulysses inside blocks of u ranks, ring across them: `hybrid_split`) also communicate over their
+rings, which are no contiguous range: one more communicator per member for each degree that may run hybrid. Each
+degree has one split (`cost.hybrid_costs.HybridSplitRule`: u a power of two, so its blocks are slot-grid groups of
+the chain), and a degree runs hybrid only above the block limit (groups that Ulysses cannot keep inside a node:
+they cross nodes or exceed the heads; below it hybrid gained at most 0.12%, `cost.hybrid_costs`) and where the
+catalogue admits it: after the powers of two, the 3 x 2^k degrees and the hybrid splits of the chain's degrees
+above the block limit, smallest degree first, then the other extra degrees, while the budget allows (extra degrees
+run ring or Ulysses only). A budget raised above the default admits more of them.
+
 Being fixed at start, the catalogue is the same on every rank and in a resumed run, `prewarm` can create all of
 it, and the memory model counts exactly the communicators a rank may hold (`worst`).
 """
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +37,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from mindspeed_mm.core.fcp.cost.hybrid_costs import HybridSplitRule
+from mindspeed_mm.core.fcp.solver.hybrid_split import HYBRID, HybridSplit, communicator_rank_sets
 from mindspeed_mm.core.fcp.solver.placement import slot_of
 from mindspeed_mm.core.fcp.solver.plan import IDLE, Plan
 
@@ -41,18 +52,21 @@ def default_budget(num_ranks: int) -> int:
     return math.ceil(math.log2(num_ranks)) + BUDGET_ABOVE_LOG2 if num_ranks > 1 else BUDGET_ABOVE_LOG2
 
 
-def group_communicators(ranks: Sequence[int], algo: str) -> tuple[tuple[int, ...], ...]:
+def group_communicators(ranks: Sequence[int], algo: str, hybrid_ulysses: int = 0) -> tuple[tuple[int, ...], ...]:
     """The communicators a planned group on `ranks` running `algo` needs: one of all its ranks for ring and
-    Ulysses (both exchange over the whole group), none for a group of one rank or of idle ranks. Every count of
-    communicators goes through here."""
+    Ulysses (both exchange over the whole group), and for a hybrid group of blocks of `hybrid_ulysses` ranks also
+    its blocks and rings (`hybrid_split.communicator_rank_sets`); none for a group of one rank or of idle ranks.
+    Every count of communicators goes through here."""
     if len(ranks) < 2 or algo == IDLE:
         return ()
+    if algo == HYBRID and hybrid_ulysses >= 2:
+        return communicator_rank_sets(ranks, HybridSplit(hybrid_ulysses, len(ranks) // hybrid_ulysses))
     return (tuple(ranks),)
 
 
 def plan_communicators(plan: Plan) -> set[tuple[int, ...]]:
     """Every communicator `plan` runs on (FCP ranks): its groups', and the plane's when a round spreads its media."""
-    found = {c for r in plan.rounds for g in r.groups for c in group_communicators(g.ranks, g.algo)}
+    found = {c for r in plan.rounds for g in r.groups if g.algo != IDLE for c in g.communicator_rank_sets()}
     if plan.num_ranks > 1 and any(r.vision_over_round for r in plan.rounds):
         found.add(tuple(range(plan.num_ranks)))
     return found
@@ -87,6 +101,18 @@ class GroupCatalogue:
     """Communicators a rank may join; None: unbounded (every contiguous range, as a budget-free ablation)."""
     counts: tuple[int, ...] = field(default=(), compare=False)
     """counts[r]: the communicators of the catalogue rank r is a member of."""
+    hybrid_block: int = 0
+    """The largest block of a hybrid group (`HybridSplitRule.block`; 0: no hybrid group)."""
+    hybrid_degrees: tuple[int, ...] = ()
+    """The degrees whose groups may run hybrid, each with its rule's split, ascending."""
+
+    @property
+    def hybrid_rule(self) -> HybridSplitRule:
+        """The split of each degree admitted to run hybrid."""
+        return HybridSplitRule(self.hybrid_block, frozenset(self.hybrid_degrees))
+
+    def _hybrid_ulysses(self, degree: int) -> int:
+        return self.hybrid_rule.ulysses_of(degree) if HYBRID in self.algos else 0
 
     @property
     def contiguous(self) -> bool:
@@ -131,7 +157,8 @@ class GroupCatalogue:
 
     def communicators(self) -> list[tuple[int, ...]]:
         """Every communicator the catalogue's groups may run on, and the plane's (FCP ranks), sorted."""
-        found = {c for ranks in self.groups() for algo in self.algos for c in group_communicators(ranks, algo)}
+        found = {c for ranks in self.groups() for algo in self.algos
+                 for c in group_communicators(ranks, algo, self._hybrid_ulysses(len(ranks)))}
         if self.plane and self.num_ranks > 1:
             found.add(tuple(range(self.num_ranks)))
         return sorted(found)
@@ -159,6 +186,11 @@ class GroupCatalogue:
                     raise InvalidPlanError(
                         f"round {index}, group on ranks {group.ranks[0]}..{group.ranks[-1]}: not one of the run's "
                         f"{self.describe()}")
+                if group.hybrid is not None and group.hybrid.ulysses_degree != self._hybrid_ulysses(group.degree):
+                    raise InvalidPlanError(
+                        f"round {index}, group on ranks {group.ranks[0]}..{group.ranks[-1]}: hybrid split "
+                        f"{group.hybrid.ulysses_degree} x {group.hybrid.ring_degree} is not the run's (hybrid degrees "
+                        f"{list(self.hybrid_degrees) or 'none'}, blocks of at most {self.hybrid_block} ranks)")
 
     def describe(self) -> str:
         """The catalogue in words (for logs and errors)."""
@@ -167,25 +199,28 @@ class GroupCatalogue:
         else:
             kind = f"groups of degrees {', '.join(map(str, self.degrees)) or 'none'} on the aligned slot grid"
         limit = "no budget" if self.budget is None else f"budget {self.budget}"
-        return f"{kind} (at most {self.worst} communicators per rank, {limit})"
+        hybrid = f", hybrid on degrees {', '.join(map(str, self.hybrid_degrees))}" if self.hybrid_degrees else ""
+        return f"{kind}{hybrid} (at most {self.worst} communicators per rank, {limit})"
 
 
 def group_catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: Sequence[str],
-                    plane: bool) -> GroupCatalogue:
+                    plane: bool, hybrid_block: int = 0) -> GroupCatalogue:
     """The catalogue of a run: every contiguous range where they all fit `budget`, else the slot grid's powers of two
-    up to `max_degree` (smallest first, while they fit) and the extra degrees the budget leaves room for."""
-    return _catalogue(int(num_ranks), int(max_degree), budget, tuple(algos), bool(plane))
+    up to `max_degree` (smallest first, while they fit) and the hybrid splits and extra degrees the budget leaves
+    room for (module docstring); `hybrid_block`: the largest block of a hybrid group (`CostModel.hybrid_rule`)."""
+    return _catalogue(int(num_ranks), int(max_degree), budget, tuple(algos), bool(plane), int(hybrid_block))
 
 
 @lru_cache(maxsize=64)
-def budget_guaranteeing(num_ranks: int, max_degree: int, algos: Sequence[str], plane: bool, needed: int) -> int | None:
+def budget_guaranteeing(num_ranks: int, max_degree: int, algos: Sequence[str], plane: bool, needed: int,
+                        hybrid_block: int = 0) -> int | None:
     """The smallest budget whose catalogue guarantees a plan to samples of `needed` ranks (`guaranteed_degree`);
     None when none does (`needed` above `max_degree`)."""
     if needed > max_degree:
         return None
     budget = 1
     while True:
-        catalogue = group_catalogue(num_ranks, max_degree, budget, algos, plane)
+        catalogue = group_catalogue(num_ranks, max_degree, budget, algos, plane, hybrid_block)
         if catalogue.guaranteed_degree >= needed:
             return budget
         if catalogue.contiguous:
@@ -194,45 +229,77 @@ def budget_guaranteeing(num_ranks: int, max_degree: int, algos: Sequence[str], p
 
 
 def _catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: tuple[str, ...],
-               plane: bool) -> GroupCatalogue:
+               plane: bool, hybrid_block: int) -> GroupCatalogue:
+    rule = HybridSplitRule(hybrid_block if HYBRID in algos else 0)
+    split_degrees = [d for d in range(2, max_degree + 1) if rule.ulysses_of(d)]
     if budget is None:
-        # The budget-free ablation: every range, counted by formula (enumerating them is quadratic in N).
+        # The budget-free ablation: every range, every split, counted by formula (enumerating them is quadratic in N).
         counts = _contiguous_counts(num_ranks, max_degree, plane)
-        return GroupCatalogue(num_ranks, max_degree, None, plane, algos, None, tuple(counts.tolist()))
-    if max(0, max_degree - 1) <= budget and _contiguous_counts(num_ranks, max_degree, plane).max() <= budget:
-        return _counted(GroupCatalogue(num_ranks, max_degree, None, plane, algos, budget))
-    # Degrees are added while every rank stays within the budget: rank 0 is in every degree's first group, so the
-    # additions stop once it is full.
+        for degree in split_degrees:
+            counts += _range_counts(num_ranks, degree)   # each range holding a rank gives it one ring
+        return GroupCatalogue(num_ranks, max_degree, None, plane, algos, None, tuple(counts.tolist()), hybrid_block,
+                              tuple(split_degrees))
+    contiguous = _contiguous_counts(num_ranks, max_degree, plane)
+    if max(0, max_degree - 1) <= budget and contiguous.max() <= budget:
+        admitted = []
+        for degree in split_degrees:
+            trial = contiguous + _range_counts(num_ranks, degree)
+            if trial.max() <= budget:
+                contiguous, admitted = trial, admitted + [degree]
+        return _counted(GroupCatalogue(num_ranks, max_degree, None, plane, algos, budget, (), hybrid_block,
+                                       tuple(admitted)))
+    # Degrees are added while every rank stays within the budget: rank 0 is in every degree's first group (and in a
+    # ring of every hybrid degree), so the additions stop once it is full.
     plane_count = _counted(GroupCatalogue(num_ranks, max_degree, (), plane, algos, budget))
     counts = np.asarray(plane_count.counts, dtype=np.int64)
     # The plane as a group of N ranks is the plane's own communicator: free where groups may span the plane.
     chosen: list[int] = [num_ranks] if plane and max_degree == num_ranks > 1 else []
+    hybrid: list[int] = []
     held = set(plane_count.communicators())
-    powers = [1 << k for k in range(1, max_degree.bit_length())]
-    extras = (d for d in extra_degree_candidates(max_degree) if d & (d - 1))
-    for degree in itertools.chain(powers, extras):
-        if counts[0] >= budget:
-            break
-        if degree in chosen:
-            continue
-        added = _new_communicators(num_ranks, degree, algos, held)
+
+    def admit(added: set[tuple[int, ...]]) -> bool:
+        nonlocal counts
         trial = counts.copy()
         for members in added:
             trial[list(members)] += 1
-        if trial.max() <= budget:
+        if trial.max() > budget:
+            return False
+        counts = trial
+        held.update(added)
+        return True
+
+    for degree in (1 << k for k in range(1, max_degree.bit_length())):
+        if counts[0] >= budget:
+            break
+        if degree not in chosen:
+            if not admit(_new_communicators(num_ranks, degree, algos, held)):
+                break   # the powers of two stay a chain (each divides the next): they always pack
             chosen.append(degree)
-            counts = trial
-            held.update(added)
-        elif degree in powers:
-            break   # the powers of two stay a chain (each divides the next): they always pack
-    return GroupCatalogue(num_ranks, max_degree, tuple(sorted(chosen)), plane, algos, budget, tuple(counts.tolist()))
+    # Then the extra degrees, with the hybrid splits of the chain's degrees Ulysses cannot keep in a node (above the
+    # block limit) among the 3 x 2^k ones by size (the other extras after them).
+    extras = [(d, False) for d in extra_degree_candidates(max_degree) if d & (d - 1)]
+    threes = [c for c in extras if c[0] % 3 == 0 and (c[0] // 3) & (c[0] // 3 - 1) == 0]
+    candidates = sorted(threes + [(d, True) for d in chosen if d > rule.block and rule.ulysses_of(d)])
+    candidates += [c for c in extras if c not in threes]
+    for degree, as_hybrid in candidates:
+        if counts[0] >= budget:
+            break
+        if as_hybrid:
+            u = rule.ulysses_of(degree)
+            if degree in chosen and u and admit(_new_communicators(num_ranks, degree, (HYBRID,), held, u)):
+                hybrid.append(degree)
+        elif degree not in chosen and admit(_new_communicators(num_ranks, degree, algos, held)):
+            chosen.append(degree)
+    return GroupCatalogue(num_ranks, max_degree, tuple(sorted(chosen)), plane, algos, budget, tuple(counts.tolist()),
+                          hybrid_block, tuple(sorted(hybrid)))
 
 
 def _new_communicators(num_ranks: int, degree: int, algos: tuple[str, ...],
-                       held: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
-    """The communicators of the slot grid's groups of `degree` not already in `held`."""
+                       held: set[tuple[int, ...]], hybrid_ulysses: int = 0) -> set[tuple[int, ...]]:
+    """The communicators of the slot grid's groups of `degree` (hybrid ones in blocks of `hybrid_ulysses`) not
+    already in `held`."""
     groups = (tuple(range(start, start + degree)) for start in range(0, num_ranks - degree + 1, slot_of(degree)))
-    return {c for ranks in groups for algo in algos for c in group_communicators(ranks, algo)} - held
+    return {c for ranks in groups for algo in algos for c in group_communicators(ranks, algo, hybrid_ulysses)} - held
 
 
 def _counted(catalogue: GroupCatalogue) -> GroupCatalogue:
@@ -240,16 +307,20 @@ def _counted(catalogue: GroupCatalogue) -> GroupCatalogue:
     counts = np.zeros(catalogue.num_ranks, dtype=np.int64)
     for members in catalogue.communicators():
         counts[list(members)] += 1
-    return GroupCatalogue(catalogue.num_ranks, catalogue.max_degree, catalogue.degrees, catalogue.plane,
-                          catalogue.algos, catalogue.budget, tuple(counts.tolist()))
+    return dataclasses.replace(catalogue, counts=tuple(counts.tolist()))
+
+
+def _range_counts(num_ranks: int, degree: int) -> np.ndarray:
+    """counts[r]: the contiguous ranges of `degree` ranks holding rank r."""
+    ranks = np.arange(num_ranks)
+    return np.minimum(ranks, num_ranks - degree) - np.maximum(0, ranks - degree + 1) + 1
 
 
 def _contiguous_counts(num_ranks: int, max_degree: int, plane: bool) -> np.ndarray:
     """counts[r]: the contiguous ranges of 2..max_degree ranks (and the plane) holding rank r."""
-    ranks = np.arange(num_ranks)
     counts = np.zeros(num_ranks, dtype=np.int64)
     for degree in range(2, max_degree + 1):
-        counts += np.minimum(ranks, num_ranks - degree) - np.maximum(0, ranks - degree + 1) + 1
+        counts += _range_counts(num_ranks, degree)
     if plane and 1 < num_ranks and max_degree < num_ranks:
         counts += 1
     return counts

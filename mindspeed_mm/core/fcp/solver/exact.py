@@ -32,6 +32,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
+from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
 from mindspeed_mm.core.fcp.solver.placement import place_groups
 from mindspeed_mm.core.fcp.solver.plan import GroupPlan, Plan, RoundPlan, SolverConfig
 from mindspeed_mm.core.fcp.solver.lengths import checked_sample_lengths
@@ -104,7 +105,7 @@ def solve_exact(
     elapsed = (time.perf_counter() - started) * 1e3
     if chosen is None:
         return ExactResult(status, math.inf, bound, elapsed, None)
-    plan = _plan(chosen, timer, workloads, members, config, elapsed)
+    plan = with_hybrid_splits(_plan(chosen, timer, workloads, members, config, elapsed), lengths, cost)
     return ExactResult(status, plan.predicted_ms, plan.predicted_ms if status == "optimal" else bound, elapsed, plan)
 
 
@@ -282,4 +283,5 @@ def _plan(chosen: list[tuple[int, int, int]], timer: GroupTimer, workloads: dict
             key=lambda g: g.ranks[0],
         )
         rounds.append(RoundPlan(tuple(groups), max(g.predicted_ms for g in groups)))
-    return Plan(tuple(rounds), float(sum(r.predicted_ms for r in rounds)), 0.0, elapsed_ms, config.num_ranks)
+    return Plan(tuple(rounds), float(sum(r.predicted_ms for r in rounds)), 0.0, elapsed_ms, config.num_ranks,
+                extras={"ranks_per_node": config.ranks_per_node})

@@ -50,8 +50,8 @@ def _checked_layout(values: np.ndarray, cost: CostModel, config: SolverConfig, d
     if config.num_ranks % degree or degree > config.degree_limit:
         raise BaselineInfeasibleError(f"{strategy}: CP degree {degree} must divide {config.num_ranks} ranks and be "
                                       f"at most {config.degree_limit}")
-    if algo == ULYSSES and not cost.ulysses_supported(degree):
-        raise BaselineInfeasibleError(f"{strategy}: Ulysses cannot split the attention heads over {degree} ranks")
+    if not cost.runs_at(algo, degree):
+        raise BaselineInfeasibleError(f"{strategy}: {algo.capitalize()} cannot split the attention heads over {degree} ranks")
     longest = int(np.argmax(values))
     if cost.min_degree(int(values[longest])) > degree:
         raise BaselineInfeasibleError(f"{strategy}: sample {longest} ({int(values[longest])} tokens) does not fit "

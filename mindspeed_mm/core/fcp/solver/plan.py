@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
+from mindspeed_mm.core.fcp.solver.hybrid_split import HYBRID, HybridSplit, communicator_rank_sets
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 
 if TYPE_CHECKING:
@@ -111,13 +112,15 @@ class SolverConfig:
             return default_budget(self.num_ranks)
         return self.communicator_budget  # type: ignore[return-value]
 
-    def catalogue(self, algos: Sequence[str]) -> "GroupCatalogue":
-        """The groups plans may use (`communicators.group_catalogue`), for groups running `algos`; the plane's group
-        counts where rounds may spread their media over it (lockstep rounds with `vision_over_round`)."""
+    def catalogue(self, algos: Sequence[str], hybrid_block: int = 0) -> "GroupCatalogue":
+        """The groups plans may use (`communicators.group_catalogue`), for groups running `algos` (hybrid ones in
+        blocks of at most `hybrid_block` ranks); the plane's group counts where rounds may spread their media over
+        it (lockstep rounds with `vision_over_round`)."""
         from mindspeed_mm.core.fcp.solver.communicators import group_catalogue
 
         return group_catalogue(self.num_ranks, self.degree_limit, self.budget, algos,
-                               plane=self.vision_over_round and self.step_semantics == LOCKSTEP)
+                               plane=self.vision_over_round and self.step_semantics == LOCKSTEP,
+                               hybrid_block=hybrid_block)
 
 
 @dataclass(frozen=True)
@@ -129,35 +132,56 @@ class GroupPlan:
     degree: int
     """Context-parallel degree, equal to `len(ranks)`."""
     algo: str
-    """How attention is split over the group: "ring" or "ulysses"."""
+    """How attention is split over the group: "ring", "ulysses" or "hybrid" (or `IDLE`)."""
     samples: tuple[int, ...]
     """Indices into the planner's input lengths, ascending (input order)."""
     predicted_ms: float
     """Predicted forward+backward time of the group's packed batch."""
+    hybrid: HybridSplit | None = None
+    """A hybrid group's Ulysses x ring split (`with_hybrid_splits` sets it); None for every other algo."""
 
     def __post_init__(self) -> None:
         if self.degree != len(self.ranks):
             raise InvalidPlanError(f"group on ranks {list(self.ranks)} declares degree {self.degree}")
+        if self.hybrid is not None and (self.algo != HYBRID or self.hybrid.degree != self.degree):
+            raise InvalidPlanError(f"group on ranks {list(self.ranks)}: a {self.hybrid.ulysses_degree} x "
+                                   f"{self.hybrid.ring_degree} split belongs to a hybrid group of that degree, "
+                                   f"not to algo {self.algo!r} of degree {self.degree}")
+
+    @property
+    def algo_label(self) -> str:
+        """The algo as logs show it: `hybrid:<u>x<r>` for a hybrid group."""
+        split = self.hybrid
+        return self.algo if split is None else f"{self.algo}:{split.ulysses_degree}x{split.ring_degree}"
+
+    def communicator_rank_sets(self) -> tuple[tuple[int, ...], ...]:
+        """The rank sets this group needs a communicator for (`hybrid_split.communicator_rank_sets`)."""
+        return communicator_rank_sets(self.ranks, self.hybrid)
 
     def to_json(self) -> dict[str, Any]:
-        """The group as a JSON-ready dict."""
-        return {
+        """The group as a JSON-ready dict (`hybrid` only for a hybrid group)."""
+        out: dict[str, Any] = {
             "ranks": list(self.ranks),
             "degree": self.degree,
             "algo": self.algo,
             "samples": list(self.samples),
             "predicted_ms": self.predicted_ms,
         }
+        if self.hybrid is not None:
+            out["hybrid"] = self.hybrid.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "GroupPlan":
         """Reads a group written by `to_json`."""
+        split = data.get("hybrid") if isinstance(data, dict) else None
         return cls(
             ranks=tuple(int(r) for r in _field(data, "ranks", "group")),
             degree=int(_field(data, "degree", "group")),
             algo=str(_field(data, "algo", "group")),
             samples=tuple(int(s) for s in _field(data, "samples", "group")),
             predicted_ms=float(_field(data, "predicted_ms", "group")),
+            hybrid=None if split is None else HybridSplit.from_json(split),
         )
 
 
@@ -298,7 +322,8 @@ def validate_plan(
 
     Checks: every sample in exactly one group; each round's groups are contiguous rank ranges that
     cover 0..N-1 exactly once (so degrees sum to N); every group fits in memory and its algo is
-    feasible at its degree (finite predicted time); round and step times are consistent. With
+    feasible at its degree (finite predicted time; a hybrid group carries a split whose blocks sit
+    inside nodes where it is placed); round and step times are consistent. With
     `priced`, also that no group's predicted time is below the cost model's time of the group where
     it is placed (a group crossing a node pays the inter-node cost): planners' and baselines' plans,
     not hand-written ones.
@@ -344,7 +369,9 @@ def validate_plan(
                 None if patches is None or phased else [int(patches[s]) for s in group.samples],
             )
             part = placed_node_part(group.ranks[0], group.degree, node)
-            placed_ms = float(cost.group_time_ms(workload, group.degree, group.algo, node_part=part))
+            split = _checked_split(group, where)
+            at_split = {} if split is None else {"ulysses_degree": split}
+            placed_ms = float(cost.group_time_ms(workload, group.degree, group.algo, node_part=part, **at_split))
             if phased:
                 placed_ms += round_plan.vision_ms
             if round_plan.expert_coupled:
@@ -354,7 +381,8 @@ def validate_plan(
 
                 placed_ms -= float(own_expert_ms(cost, tokens / group.degree))
             if not math.isfinite(placed_ms):
-                raise InvalidPlanError(f"{where}: algo {group.algo!r} is infeasible at degree {group.degree}")
+                how = "" if split is None else f" split {split} x {group.degree // split} (blocks inside nodes)"
+                raise InvalidPlanError(f"{where}: algo {group.algo!r}{how} is infeasible at degree {group.degree}")
             if priced and group.predicted_ms < placed_ms * (1 - 1e-6):
                 raise InvalidPlanError(f"{where}: predicted {group.predicted_ms} ms is below the {placed_ms} ms "
                                        f"the cost model gives the group where it is placed")
@@ -376,6 +404,15 @@ def validate_plan(
     total = sum(r.predicted_ms for r in plan.rounds)
     if not math.isclose(plan.predicted_ms, total, rel_tol=_TIME_RTOL):
         raise InvalidPlanError(f"plan predicted {plan.predicted_ms} ms != sum of rounds {total} ms")
+
+
+def _checked_split(group: GroupPlan, where: str) -> int | None:
+    """A hybrid group's u (it must carry its split); None for other algos."""
+    if group.algo != HYBRID:
+        return None
+    if group.hybrid is None:
+        raise InvalidPlanError(f"{where}: a hybrid group must carry its Ulysses x ring split")
+    return group.hybrid.ulysses_degree
 
 
 def _field(data: dict[str, Any], name: str, what: str) -> Any:

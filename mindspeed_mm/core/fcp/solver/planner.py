@@ -45,6 +45,7 @@ from mindspeed_mm.core.fcp.solver.errors import (
 from mindspeed_mm.core.fcp.solver.expert_phases import expert_parallel_size, priced_with_expert_exchange
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer, SampleWorkloads
 from mindspeed_mm.core.fcp.solver.communicators import GroupCatalogue
+from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
 from mindspeed_mm.core.fcp.solver.node_repair import aligned_degrees, power_of_two_degrees
 from mindspeed_mm.core.fcp.solver.lower_bound import undominated_samples, work_bound
 from mindspeed_mm.core.fcp.solver.static_alternatives import fastest_for_independent_groups, fastest_for_lockstep_rounds
@@ -105,7 +106,9 @@ def plan_batch(
     n_ranks = config.num_ranks
     warn_if_state_sharded_wider(cost, n_ranks)
     # The groups plans may use within the communicator budget (`communicators`): their degrees bound the search.
-    catalogue = config.catalogue(cost.algos)
+    catalogue = config.catalogue(cost.algos, cost.hybrid_rule.block)
+    if catalogue.budget is not None:
+        cost = cost.with_hybrid_degrees(frozenset(catalogue.hybrid_degrees))   # hybrid where the catalogue has rings
     max_degree = min(config.degree_limit, catalogue.top_degree)
     capacity = cost.capacity_tokens
     mins = np.maximum(1, -(-length_arr // capacity))
@@ -229,6 +232,7 @@ def plan_batch(
         if max(catalogue.static_degrees()) < int(mins.max()):
             raise NoLayoutInBudgetError(len(lengths), int(mins.max()), catalogue)
         raise no_plan(solver, lengths, n_ranks, capacity, config.max_rounds)
+    plan = with_hybrid_splits(plan, lengths, cost)
     plan = replace(plan, solver_ms=(time.perf_counter() - started) * 1e3)
     logger.debug("planned %d samples on %d ranks: %d rounds, %.1f ms predicted, bound %.1f ms, %.2f ms solver",
                  len(lengths), n_ranks, plan.num_rounds, plan.predicted_ms, plan.lower_bound_ms, plan.solver_ms)

@@ -19,7 +19,6 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.cost.workload import WorkloadColumns
 from mindspeed_mm.core.fcp.solver.baseline_common import (
-    ULYSSES,
     BaselineInfeasibleError,
     placed_group,
     rank_block,
@@ -64,7 +63,7 @@ def static_degrees(longest: int, cost: CostModel, config: SolverConfig, algo: st
     first = cost.min_degree(int(longest))
     allowed = set(config.degrees) if config.degrees is not None else None
     return [d for d in range(first, config.degree_limit + 1)
-            if config.num_ranks % d == 0 and (algo != ULYSSES or cost.ulysses_supported(d))
+            if config.num_ranks % d == 0 and cost.runs_at(algo, d)
             and (allowed is None or d in allowed)]
 
 

@@ -182,7 +182,7 @@ def model_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def text_attention_forward_wrapper(forward: Callable[..., Any]) -> Callable[..., Any]:
-    """`Qwen3VLTextAttention.forward` attending over the round's group with FCP's ring or Ulysses attention."""
+    """`Qwen3VLTextAttention.forward` attending over the round's group with FCP's ring, Ulysses or hybrid attention."""
     signature = inspect.signature(forward)
 
     @functools.wraps(forward)
@@ -205,7 +205,7 @@ def text_attention_forward_wrapper(forward: Callable[..., Any]) -> Callable[...,
         query, key = apply_rotary_pos_emb(query, key, cos, sin, unsqueeze_dim=2)
         output = fcp_attention(
             query[0], key[0], value[0], shard.cu_seqlens,
-            group=shard.group, algo=shard.fcp_round.algo, causal=True, softmax_scale=self.scaling,
+            group=shard.attention_group, algo=shard.fcp_round.algo, causal=True, softmax_scale=self.scaling,
             kernel=get_fcp_runtime().settings.attention_kernel,
         )
         return self.o_proj(output.reshape(batch, tokens, -1))

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.runtime.packed_lengths import cumulative_lengths
-from mindspeed_mm.core.fcp.parallel import ZigzagLayout, zigzag_layout
+from mindspeed_mm.core.fcp.parallel import AttentionGroup, ZigzagLayout, zigzag_layout
 
 from ..runtime import FCPRound, FCPRuntimeError, get_fcp_runtime
 
@@ -27,6 +27,9 @@ class TextShard:
     global_index: torch.Tensor
     """Index in the packed sequence of each token of this rank's shard, in shard order."""
     group: dist.ProcessGroup | None
+    """The round's CP group (the vision encoder's split exchanges over it); None for a group of one rank."""
+    attention_group: AttentionGroup
+    """What the text attention runs over: the CP group, or a hybrid group's Ulysses block and ring."""
 
 
 _ROUND_SHARD: TextShard | None = None
@@ -51,7 +54,8 @@ def round_shard(seqlens: torch.Tensor | None) -> TextShard | None:
         raise FCPRuntimeError(
             f"round {fcp_round.round_index + 1}: {cu_seqlens[-1]} tokens leave rank {fcp_round.rank_in_group} of a "
             f"group of degree {fcp_round.degree} without tokens")
-    return TextShard(fcp_round, cu_seqlens, layout, shard.global_index, runtime.process_group(fcp_round))
+    return TextShard(fcp_round, cu_seqlens, layout, shard.global_index, runtime.process_group(fcp_round),
+                     runtime.attention_group(fcp_round))
 
 
 def active_shard() -> TextShard | None:

@@ -79,11 +79,11 @@ def check_budget_holds_the_longest(lengths: Sequence[int], planner: BatchPlanner
     config, cost = planner.solver_config, planner.cost
     index = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
     needed = cost.min_degree(int(lengths[index]))
-    catalogue = config.catalogue(cost.algos)
+    catalogue = config.catalogue(cost.algos, cost.hybrid_rule.block)
     if needed > config.degree_limit or needed <= catalogue.guaranteed_degree:
         return   # too long for any group: the planner names fcp_max_degree itself
     enough = budget_guaranteeing(config.num_ranks, config.degree_limit, cost.algos,
-                                 catalogue.plane, needed)
+                                 catalogue.plane, needed, catalogue.hybrid_block)
     fix = (f"raise fcp_communicator_budget to at least {enough}" if enough is not None else
            "raise fcp_communicator_budget")
     raise FCPDataError(

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 
+from mindspeed_mm.core.fcp.parallel import AttentionGroup
 from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoSample
 from mindspeed_mm.core.fcp.sandbox.vision.exchange import VisionRouting, vision_routing
@@ -49,7 +49,7 @@ def build_vlm_shard_batch(
     *,
     rank_in_group: int,
     degree: int,
-    group: dist.ProcessGroup | None,
+    group: AttentionGroup,
     algo: str,
     kernel: str = "auto",
 ) -> VLMShardBatch:

@@ -3,7 +3,6 @@ hands every rank the merged vision tokens of its zigzag shard before the decoder
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.sandbox.round_runner import RoundForward, RoundRunner
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRound, FCPRuntime
@@ -31,9 +30,10 @@ class VLMRoundRunner(RoundRunner):
         self.vlm = model
         self.videos = sampler.dataset
 
-    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...],
-                      process_group: dist.ProcessGroup | None) -> RoundForward:
-        """Loads the group's text and this rank's frame groups, encodes, exchanges, runs the decoder."""
+    def forward_round(self, fcp_round: FCPRound, sample_indices: tuple[int, ...]) -> RoundForward:
+        """Loads the group's text and this rank's frame groups, encodes, exchanges (over the CP group), runs the
+        decoder (attending over the round's attention group)."""
+        process_group = self.runtime.process_group(fcp_round)
         samples = [s for s in self.sampler.load(sample_indices) if isinstance(s, VideoSample)]
         if len(samples) != len(sample_indices):
             raise TypeError("VLMRoundRunner loads VideoSample items only")
@@ -41,7 +41,7 @@ class VLMRoundRunner(RoundRunner):
             samples,
             rank_in_group=fcp_round.rank_in_group,
             degree=fcp_round.degree,
-            group=process_group,
+            group=self.runtime.attention_group(fcp_round),
             algo=fcp_round.algo,
             kernel=self.runtime.settings.attention_kernel,
         )
