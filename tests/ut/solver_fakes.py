@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from mindspeed_mm.core.fcp.cost.hybrid_costs import HybridSplitRule
+
 FAKE_ALGOS = ("ring", "ulysses")
 
 
@@ -74,6 +76,12 @@ class FakeCostModel:
         self.per_rank_ms = table.per_rank_ms
         self.algos = tuple(algos)
         self.calls = 0
+
+    hybrid_rule = HybridSplitRule(0)
+    """The fake prices no hybrid group."""
+
+    def with_hybrid_degrees(self, degrees) -> "FakeCostModel":
+        return self
 
     def without_memory_limit(self) -> "FakeCostModel":
         return FakeCostModel(self.table, max_tokens_per_rank=1 << 60, algos=self.algos)

@@ -12,7 +12,10 @@ from mindspeed_mm.core.fcp.cost import CostModel, ProfileTable, WorkloadColumns
 from mindspeed_mm.core.fcp.cost.hybrid_costs import rank_blocks
 from mindspeed_mm.core.fcp.cost.measured_compute import load_rows
 from mindspeed_mm.core.fcp.cost.presets import build_preset_table
-from test_cost_device_data import MAX_MEAN_ERROR, _device_file
+from test_cost_device_data import HELD_OUT_GAPS, _device_file
+
+# The Ulysses term's bound held out (its rule has no per-degree constant; test_cost_device_data names the gap).
+MAX_MEAN_ERROR = HELD_OUT_GAPS["Ulysses attention per degree (U)"][0]
 
 DEGREES = np.arange(1, 65)
 BATCHES = ([30000, 8000, 2000], [2000] * 40, [120000], [700, 90])
@@ -55,7 +58,7 @@ def test_one_rank_blocks_are_the_ring_and_one_block_is_ulysses(name: str, node_p
 def test_a_rank_attends_its_head_share_as_the_device_measured_it() -> None:
     """Part U of the H200 data: 32 / u query heads over a whole document of s tokens on one rank. A hybrid step
     on a block of s tokens is that call (the diagonal block of a ring step; r = 1: the whole document), so the
-    h200 preset's hybrid block at u is within 10% of those rows on average, as the other terms are."""
+    h200 preset's hybrid block at u is as close to those rows on average as the Ulysses term itself, held out."""
     _, rows = load_rows(_device_file())
     table = build_preset_table("h200", "qwen3vl-8b", recompute="none")
     c = CostModel(table).coefficients
@@ -81,9 +84,10 @@ def test_blocks_sit_inside_nodes_where_the_group_is_placed() -> None:
     work = [cost.workload([60000, 9000])]
     # Compact: a group of 24 spans two nodes; blocks of 16 would not divide it, blocks of 8 align with nodes.
     assert cost.hybrid_splits(work, [24], [None]).tolist() == [8]
-    # Placed 8 + 16: blocks of at most 8; placed 6 + 16 + 2 (starting at rank 10): blocks of 2 only.
+    # Placed 8 + 16: blocks of 8 align; placed 6 + 16 + 2 (starting at rank 10) they would not, and 24's one proper
+    # split is 8 x 3 (`HybridSplitRule`): no hybrid group there.
     assert cost.hybrid_splits(work, [24], [8]).tolist() == [8]
-    assert cost.hybrid_splits(work, [24], [2]).tolist() == [2]
+    assert cost.hybrid_splits(work, [24], [2]).tolist() == [0]
     # A group of 6 inside a node splits its heads over 2 (6 does not divide 32); across a node boundary at
     # 3 + 3 no block of 2 stays inside a node.
     assert cost.hybrid_splits(work, [6], [None]).tolist() == [2]

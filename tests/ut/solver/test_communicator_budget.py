@@ -107,7 +107,7 @@ def test_communicators_are_counted_through_one_function() -> None:
 def test_plans_use_only_catalogue_groups(workload, preset, ranks, per_rank) -> None:
     cost = CostModel.from_preset(preset, shard_ranks=ranks)
     config = SolverConfig(ranks, ranks_per_node=cost.ranks_per_node)
-    catalogue = config.catalogue(cost.algos)
+    catalogue = config.catalogue(cost.algos, cost.hybrid_rule.block)
     for seed in range(3):
         lengths, patches = (x.tolist() for x in draw_lengths(workload, per_rank * ranks, seed=seed))
         plan = plan_batch(lengths, cost, config, patches=patches)

@@ -42,9 +42,9 @@ def test_a_planned_hybrid_group_carries_the_split_it_was_priced_at(h200_plan) ->
         dataclasses.replace(g, hybrid=HybridSplit(4, 4)) if g.algo == "hybrid" else g for g in r.groups))
         for r in plan.rounds))
     assert other.digest() != plan.digest()
-    validate_plan(other, lengths, cost, patches)            # 4 x 4 runs too, slower: not as priced
-    with pytest.raises(InvalidPlanError, match="is below the"):
-        validate_plan(other, lengths, cost, patches, priced=True)
+    # Degree 16's one proper split is 8 x 2 (`HybridSplitRule`: one ring communicator per hybrid degree).
+    with pytest.raises(InvalidPlanError, match=r"split 4 x 4 \(blocks inside nodes\) is infeasible at degree 16"):
+        validate_plan(other, lengths, cost, patches)
 
 
 def test_the_checks_refuse_a_hybrid_group_without_a_split_or_with_blocks_across_nodes(h200_plan) -> None:

@@ -51,7 +51,7 @@ def test_random_batches_give_valid_node_aware_deterministic_plans(cost, monkeypa
     rng = np.random.default_rng(11)
     for _ in range(25):
         lengths, config = _random_case(rng, cost)
-        catalogue = config.catalogue(cost.algos)
+        catalogue = config.catalogue(cost.algos, cost.hybrid_rule.block)
         longest = -(-max(lengths) // cost.capacity_tokens)
         try:
             plan = plan_batch(lengths, cost, config)
@@ -270,8 +270,12 @@ def test_short_sample_on_many_ranks_leaves_ranks_idle_when_allowed():
     idle = plan_batch([5000], cost, SolverConfig(1024, ranks_per_node=16, allow_idle_ranks=True))
     validate_plan(idle, [5000], cost, priced=True)
     (group,) = [g for g in idle.rounds[0].groups if g.samples]
-    times = cost.best_time_ms(cost.workload([5000]), np.arange(1, 1025))[0]
-    assert group.degree == int(np.argmin(times)) + 1 < 1024
+    # The fastest group of the run's catalogue (its degrees, hybrid where it has rings), priced as the planner does.
+    catalogue = SolverConfig(1024, ranks_per_node=16).catalogue(cost.algos, cost.hybrid_rule.block)
+    priced = cost.with_hybrid_degrees(frozenset(catalogue.hybrid_degrees))
+    degrees = np.asarray(catalogue.search_degrees)
+    times = priced.best_time_ms(priced.workload([5000]), degrees)[0]
+    assert group.degree == int(degrees[np.argmin(times)]) < 1024
     assert group.predicted_ms == idle.predicted_ms == float(times.min()) < forced.predicted_ms
     assert sum(g.degree for g in idle.rounds[0].groups if g.algo == IDLE) == 1024 - group.degree
 

@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         f"{source}, {cost.capacity_tokens:,d} tokens per rank"
     )
     buffers = cost.table.provenance.get("communicator_buffers")
-    print(f"CP groups: {config.catalogue(cost.algos).describe()}"
+    print(f"CP groups: {config.catalogue(cost.algos, cost.hybrid_rule.block).describe()}"
           + (f"; buffers set aside: {buffers}" if buffers else ""))
     for line in format_plan(plan, lengths):
         print(line)

@@ -26,8 +26,9 @@ Where Ulysses runs inside a node, the best split was at most 0.12% faster than t
 on 1,000 packs of the shipped mixes on each 8B / 4B / 2B preset (`benchmarks/hybrid_attention.py`), which does
 not repay pricing it there.
 
-Which u a group uses is fixed per degree (`HybridSplitRule`): the largest power of two that divides d, is below d
-and fits the block limit (the largest power-of-two Ulysses degree of the heads inside a node). Every u of a degree
+Which proper split (1 < u < d) a group may use is fixed per degree (`HybridSplitRule`): the largest power of two
+that divides d, is below d and fits the block limit (the largest power-of-two Ulysses degree of the heads inside a
+node); u = 1 (the ring) and u = d (Ulysses) need no communicator beyond the group's and stay open. Every u of a degree
 is one more ring communicator per member (`solver.communicators`), so one u per degree keeps the rings a rank joins
 to one per hybrid degree; the planner's hybrid groups used that u on every shipped mix
 (`benchmarks/results/hybrid_attention.md`).
@@ -137,7 +138,7 @@ class HybridTimer:
             entries = [np.flatnonzero(table[k][d_int]) for k in range(slots.size)]
         else:
             slots = np.flatnonzero(self._u == only)
-            ruled = (self._rule_table(int(d_int.max(initial=1)))[d_int] == only) | (only == 1)
+            ruled = (self._rule_table(int(d_int.max(initial=1)))[d_int] == only) | (only == 1) | (d_int == only)
             entries = [np.flatnonzero(ruled & (d_int % only == 0)
                                       & ((d_int <= self._c.ranks_per_node) | self._aligned[slot]))
                        for slot in slots]
@@ -184,7 +185,7 @@ class HybridTimer:
             d = np.arange(max(top + 1, 2 * (0 if known is None else known[1].shape[1]), 65))[None, :]
             u = self._u[:, None]
             inside = d <= self._c.ranks_per_node
-            table = (d % u == 0) & (d >= 1) & (inside | self._aligned[:, None]) & ((u == self._rule_table(d.size)[d]) | (u == 1))
+            table = (d % u == 0) & (d >= 1) & (inside | self._aligned[:, None]) & ((u == self._rule_table(d.size)[d]) | (u == 1) | (u == d))
             if beside_ring:
                 table &= u != 1
             if beside_ulysses:

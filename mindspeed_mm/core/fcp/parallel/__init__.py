@@ -1,11 +1,7 @@
 """Distributed attention for FCP groups: zigzag sharding, ring / Ulysses / hybrid attention, kernels, group pool."""
 from mindspeed_mm.core.fcp.parallel.attention import ATTENTION_ALGOS, AttentionGroup, fcp_attention
 from mindspeed_mm.core.fcp.parallel.collectives import CommStats
-from mindspeed_mm.core.fcp.parallel.group_pool import (
-    CommGroupPool,
-    CommGroupPoolFullError,
-    contiguous_rank_ranges,
-)
+from mindspeed_mm.core.fcp.parallel.group_pool import CommGroupPool, CommGroupPoolFullError
 from mindspeed_mm.core.fcp.parallel.hybrid_group import HybridGroup
 from mindspeed_mm.core.fcp.parallel.zigzag import (
     RankShard,

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from mindspeed_mm.core.fcp.cost import ALGOS, HYBRID, CostModel
+from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
+from mindspeed_mm.core.fcp.cost.model import HYBRID
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
 from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators

@@ -186,7 +186,8 @@ class GroupCatalogue:
                     raise InvalidPlanError(
                         f"round {index}, group on ranks {group.ranks[0]}..{group.ranks[-1]}: not one of the run's "
                         f"{self.describe()}")
-                if group.hybrid is not None and group.hybrid.ulysses_degree != self._hybrid_ulysses(group.degree):
+                if group.hybrid is not None and group.hybrid.ulysses_degree not in (
+                        1, group.degree, self._hybrid_ulysses(group.degree)):
                     raise InvalidPlanError(
                         f"round {index}, group on ranks {group.ranks[0]}..{group.ranks[-1]}: hybrid split "
                         f"{group.hybrid.ulysses_degree} x {group.hybrid.ring_degree} is not the run's (hybrid degrees "

@@ -251,7 +251,7 @@ def _solved_rounds(
 ) -> list[list[RoundChoice]]:
     """Thorough search: solves the batch for several round counts, each with the LPT spread and the
     fill spread; the rounds of each, the lowest total predicted time first (each round counted as `floor`
-    lengthens it; ties: the first found)."""
+    lengthens it; ties: the first found); none when no round count has a solution (the planner falls back)."""
     found: list[tuple[float, int, list[RoundChoice]]] = []
     tried = round_counts(lengths, n_ranks, capacity, max_rounds, extra_rounds)
     limit = round_limit(lengths, max_rounds)
@@ -277,8 +277,6 @@ def _solved_rounds(
                 total = sum(floor.round_ms(r.makespan) for r in solved)
                 found.append((total, len(found), solved))
         count += 1
-    if not found:
-        raise no_plan(solver, lengths, n_ranks, capacity, max_rounds)
     return [solved for _, _, solved in sorted(found, key=lambda entry: entry[:2])]
 
 
