@@ -1,4 +1,5 @@
-"""The tiny Qwen3-VL recipe, derived in code from upstream's `examples/qwen3vl/qwen3vl_full_sft_8B.yaml`.
+"""The tiny Qwen3-VL recipe, derived in code from upstream's `examples/qwen3vl/qwen3vl_full_sft_8B.yaml` (the MoE model:
+`qwen3vl_full_sft_30B.yaml`, the same recipe with `model_id: qwen3_vl_moe`).
 
 Only paths, sizes, iteration counts and parallel keys change; everything else (optimizer, schedule, template,
 sampler, loss config, patches, attention implementation) is upstream's. Rules learned from the upstream reader:
@@ -17,12 +18,14 @@ from pathlib import Path
 import yaml
 
 UPSTREAM_RECIPE = "examples/qwen3vl/qwen3vl_full_sft_8B.yaml"
+UPSTREAM_MOE_RECIPE = "examples/qwen3vl/qwen3vl_full_sft_30B.yaml"
+"""The recipe of the MoE model (30B-A3B, `model_id: qwen3_vl_moe`)."""
 UPSTREAM_FSDP2 = "examples/qwen3vl/fsdp2_config.yaml"
 
 
-def load_upstream(mindspeed_mm: Path) -> tuple[dict, dict]:
-    """Upstream's 8B recipe and its FSDP2 config, as dicts (YAML anchors resolved)."""
-    recipe = yaml.safe_load((mindspeed_mm / UPSTREAM_RECIPE).read_text())
+def load_upstream(mindspeed_mm: Path, upstream_recipe: str = UPSTREAM_RECIPE) -> tuple[dict, dict]:
+    """Upstream's recipe (default the 8B one) and its FSDP2 config, as dicts (YAML anchors resolved)."""
+    recipe = yaml.safe_load((mindspeed_mm / upstream_recipe).read_text())
     fsdp2 = yaml.safe_load((mindspeed_mm / UPSTREAM_FSDP2).read_text())
     return recipe, fsdp2
 
@@ -35,12 +38,12 @@ def _drop(section: dict, *keys: str) -> None:
 def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path, *, cp: int = 1,
                 cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
                 global_batch_size: int = 4, seq_length: int = 1024, summary: dict | None = None,
-                param_dtype: str = "fp32") -> dict:
+                param_dtype: str = "fp32", upstream_recipe: str = UPSTREAM_RECIPE) -> dict:
     """The recipe dict for the tiny model; `workdir` receives the FSDP2 config and the dataset cache.
 
     `param_dtype` is FSDP2's compute dtype of the parameters: fp32 (default), or upstream's bf16 (gradients
     reduced in fp32, as upstream's `fsdp2_config.yaml`)."""
-    recipe, fsdp2_config = load_upstream(mindspeed_mm)
+    recipe, fsdp2_config = load_upstream(mindspeed_mm, upstream_recipe)
     recipe = copy.deepcopy(recipe)
     summary = summary or {}
     gpt = recipe["gpt_args"]
