@@ -3,7 +3,7 @@
 The tiny Qwen3-VL trains 4 steps of global batch 8 on a dataset whose every fourth sample is a 24 s video (48
 frames kept at 2 fps: 24 frame groups, 738 tokens) among images and short videos, with the keys of the tiny CPU
 example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks; its round
-encodes it in ranges of its frame groups (`vision_split.media_pieces`) over all 4 ranks, the rank of the other
+encodes it in ranges of its frame groups (`media_pieces`) over all 4 ranks, the rank of the other
 group receiving a range's pixels and sending its feature rows back (`encode_media_over_round`). FCP on 4 gloo
 processes against one process without FCP, under FSDP2 and under Megatron DDP, each with a trainable vision
 tower and with upstream's frozen one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).

@@ -2,7 +2,7 @@
 
 That it trains is `test_fcp_training.py`; here, that a user gets FCP by changing two values of upstream's recipe
 (`context_parallel_algo` and `sampler_type`) and adding `fcp_*` keys. (Another sampler under `fcp_cp_algo` is
-refused naming the YAML key: `tests/ut/feature/test_feature_qwen3vl_data.py`; the training test shows the wrapper is what
+refused naming the YAML key: `tests/ut/feature/test_feature_data_loader.py`; the training test shows the wrapper is what
 upstream's data loader builder runs.)
 """
 from __future__ import annotations

@@ -25,6 +25,7 @@ from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
 from mindspeed_mm.core.fcp.solver import SolverConfig
 from mindspeed_mm.core.fcp.solver.plan import LOCKSTEP
@@ -122,11 +123,12 @@ class FCPOptions:
                                                                          step_semantics=step_semantics),
                             static_cp_degree=static_cp_degree)
 
-    def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], num_steps: int, *,
+    def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], steps: RunSteps, *,
                     batch_patches: Callable[[int], Sequence[int] | None] | None = None,
-                    log: logging.Logger | None = None, first_step: int = 0,
+                    log: logging.Logger | None = None,
                     calibration: Mapping[str, Any] | None = None) -> StepPlanSource:
-        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say.
+        """The plan source of the run's `steps`: look-ahead planning, plan logging and recalibration as these
+        options say.
 
         `calibration`: the recalibrator's state saved by the run this one resumes (`StepRecalibrator.to_json`)."""
         recalibrator = None
@@ -134,9 +136,9 @@ class FCPOptions:
             recalibrator = StepRecalibrator(planner.cost, CalibrationSettings(smoothing=self.recalibration_smoothing))
             if calibration is not None:
                 recalibrator.restore(calibration)
-        return StepPlanSource(planner, batch_lengths, num_steps, async_planning=self.async_planning,
+        return StepPlanSource(planner, batch_lengths, steps, async_planning=self.async_planning,
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
-                              logger=log, first_step=first_step)
+                              logger=log)
 
     def runtime_settings(self, *, max_degree: int | None = None) -> FCPRuntimeSettings:
         """What the step runtime needs; `max_degree` overrides the option (a static layout's degree)."""

@@ -192,6 +192,20 @@ class FrameBatch:
             patch_cols=torch.cat(cols),
         )
 
+    @classmethod
+    def from_grids(cls, patches: torch.Tensor, grids: torch.Tensor, merge: int) -> "FrameBatch":
+        """Frame groups given as `[patches, patch_dim]` pixel patches of media of patch grids `grids` (`[n, 3]`:
+        frame groups, patch rows, patch columns each), merge-window order within each frame group."""
+        windows, rows, cols = [], [], []
+        for frames, height, width in grids.tolist():
+            r, c = patch_grid_positions(height // merge, width // merge, merge)
+            windows += [height * width] * frames
+            rows += [r] * frames
+            cols += [c] * frames
+        if sum(windows) != patches.shape[0]:
+            raise ValueError(f"grids {grids.tolist()} cover {sum(windows)} patches, got {patches.shape[0]}")
+        return cls(patches=patches, windows=tuple(windows), patch_rows=torch.cat(rows), patch_cols=torch.cat(cols))
+
     def to(self, device: torch.device) -> "FrameBatch":
         """The same batch on `device`."""
         return dataclasses.replace(
