@@ -13,7 +13,7 @@ import torch
 from distributed_utils import run_distributed, whole_world_runtime
 from mindspeed_mm.core.fcp.sandbox.run_config import parse_run_config
 from mindspeed_mm.core.fcp.sandbox.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention, backward_batch
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
 from mindspeed_mm.core.fcp.runtime.media_pieces import assign_media, media_pieces
@@ -110,13 +110,8 @@ def _worker(rank: int, world_size: int) -> dict:
     if rank == 0:
         reference = build_vlm_model(config.model, config.vision, config.training.seed,
                                     core_attention=ReferenceCoreAttention)
-        normaliser = sampler.batch_loss_tokens(0)
-        total = 0.0
-        for index in sampler.batch_indices(0):
-            sample_loss = sample_token_losses(reference, dataset, index).sum()
-            (sample_loss / normaliser).backward()
-            total += float(sample_loss)
-        result["reference_loss"] = total / normaliser
+        result["reference_loss"] = backward_batch(lambda index: sample_token_losses(reference, dataset, index).sum(),
+                                                  sampler.batch_indices(0), sampler.batch_loss_tokens(0))
         result["reference_grads"] = {name: p.grad.clone() for name, p in reference.named_parameters()}
         result["layouts"] = [dataset.layout(i) for i in range(6)]
     parallel_state.destroy_model_parallel()
