@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from conftest import require_upstream
-from harness import BedUnavailable, UpstreamBed
+from conftest import bed_or_skip
+from harness import UpstreamBed
 from test_fcp_training import planned_degrees
 
 STEPS = 4
@@ -31,12 +31,7 @@ SPREAD_LINE = re.compile(r"the round's (\d+) media of \d+ patches encoded over i
 
 @pytest.fixture(scope="module")
 def long_video_bed(tmp_path_factory) -> UpstreamBed:
-    try:
-        return UpstreamBed.create(tmp_path_factory.mktemp("upstream_bed_long_videos"), long_videos=True)
-    except BedUnavailable as missing:
-        if require_upstream():
-            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set: {missing}", pytrace=False)
-        pytest.skip(str(missing))
+    return bed_or_skip(tmp_path_factory.mktemp("upstream_bed_long_videos"), long_videos=True)
 
 
 @pytest.fixture(scope="module")

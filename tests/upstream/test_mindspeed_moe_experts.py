@@ -6,32 +6,17 @@ weights and routing. Outputs and every gradient (input, routing weights, both ex
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import bed as bed_sources
-from conftest import require_upstream
+from conftest import run_upstream_script
 
 SCRIPT = Path(__file__).resolve().parent / "mindspeed_moe_experts.py"
 
 
 def test_upstream_fused_experts_on_the_cpu_operators_match_its_plain_experts() -> None:
-    sources = bed_sources.find_sources()
-    if not sources.available:
-        if require_upstream():
-            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set: {sources.skip_reason()}", pytrace=False)
-        pytest.skip(sources.skip_reason())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(bed_sources.CPU_ASCEND), str(sources.mindspeed),
-                                                       str(sources.megatron.parent), str(sources.mindspeed_mm))))
-    done = subprocess.run([str(sources.python), str(SCRIPT)], capture_output=True, text=True, env=env, timeout=600,
-                          check=False, cwd=str(SCRIPT.parent))
-    assert done.returncode == 0, f"{SCRIPT.name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    errors = run_upstream_script(SCRIPT, extra_path=(bed_sources.find_sources().mindspeed_mm,))
     print(f"[upstream MoE experts] largest errors: {errors}", file=sys.stderr)
     assert errors.pop("ops_called") == 1.0, "the fused path did not run through the CPU MoE operators"
     assert len(errors) == 10
