@@ -12,11 +12,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from megatron.core.transformer.enums import AttnMaskType
-from megatron.core.transformer.module import MegatronModule
-from megatron.core.transformer.transformer_config import TransformerConfig
 from tqdm import tqdm
 
+from mindspeed_mm.core.fcp.sandbox.core_attention import CoreAttentionSlot
 from mindspeed_mm.core.fcp.sandbox.run_config import RunConfig
 from mindspeed_mm.core.fcp.sandbox.text_dataset import Sample, build_dataset
 from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model
@@ -25,33 +23,11 @@ from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.core.fcp.sandbox.results import StepRecord, TrainResult
 
 
-class ReferenceCoreAttention(MegatronModule):
-    """Causal attention over one whole document with torch's SDPA (DotProductAttention's signature)."""
+class ReferenceCoreAttention(CoreAttentionSlot):
+    """Causal attention over one whole document with torch's SDPA."""
 
-    def __init__(
-        self,
-        config: TransformerConfig,
-        layer_number: int,
-        attn_mask_type: AttnMaskType,
-        attention_type: str,
-        attention_dropout: float | None = None,
-        softmax_scale: float | None = None,
-        cp_comm_type: str | None = None,
-    ) -> None:
-        super().__init__(config=config)
-        self.softmax_scale = softmax_scale
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attn_mask_type: AttnMaskType | None = None,
-        attention_bias: torch.Tensor | None = None,
-        packed_seq_params: FCPPackedSeqParams | None = None,
-    ) -> torch.Tensor:
-        """`query [t, heads, d]`, `key/value [t, kv_heads, d]` of one document -> `[t, 1, heads * d]`."""
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               packed_seq_params: FCPPackedSeqParams | None) -> torch.Tensor:
         if packed_seq_params is None or packed_seq_params.cu_seqlens is None or (
             packed_seq_params.cu_seqlens.tolist() != [0, query.shape[0]]
         ):
@@ -62,7 +38,7 @@ class ReferenceCoreAttention(MegatronModule):
         k = key.repeat_interleave(repeat, dim=1).transpose(0, 1)
         v = value.repeat_interleave(repeat, dim=1).transpose(0, 1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
-        return out.transpose(0, 1).reshape(query.shape[0], 1, -1)
+        return out.transpose(0, 1)
 
 
 def text_sample_token_losses(model: torch.nn.Module, sample: Sample) -> torch.Tensor:

@@ -22,18 +22,6 @@ class MRopePackedSeqParams(FCPPackedSeqParams):
     mrope_position_ids: torch.Tensor | None = None
     """`[shard_tokens, 3]` int64 (temporal, height, width) position of each of this rank's tokens."""
 
-    def to(self, device: torch.device) -> "MRopePackedSeqParams":
-        """The same parameters with the tensors on `device`."""
-        return MRopePackedSeqParams(
-            cu_seqlens=self.cu_seqlens.to(device) if self.cu_seqlens is not None else None,
-            position_ids=self.position_ids.to(device) if self.position_ids is not None else None,
-            group=self.group,
-            degree=self.degree,
-            algo=self.algo,
-            kernel=self.kernel,
-            mrope_position_ids=self.mrope_position_ids.to(device) if self.mrope_position_ids is not None else None,
-        )
-
 
 class ShardMRotaryEmbedding(ShardRotaryEmbedding):
     """Drop-in replacement for `GPTModel.rotary_pos_emb` that rotates by 3D position ids."""

@@ -2,6 +2,7 @@
 the rows go, is the product's split and exchange)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -77,12 +78,7 @@ def build_vlm_shard_batch(
         loss_mask=text.loss_mask,
         sample_ids=text.sample_ids,
         packed_seq_params=MRopePackedSeqParams(
-            cu_seqlens=params.cu_seqlens,
-            position_ids=params.position_ids,
-            group=params.group,
-            degree=params.degree,
-            algo=params.algo,
-            kernel=params.kernel,
+            **{f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.init},
             mrope_position_ids=zigzag_shard(torch.cat(mrope), cu_seqlens, rank_in_group, degree),
         ),
         media=media,
