@@ -64,12 +64,14 @@ class UpstreamBed:
         return self._checkouts[register_fcp]
 
     def recipe(self, *, cp: int = 1, cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
-               global_batch_size: int = 4, extra_gpt: dict | None = None, param_dtype: str = "fp32") -> dict:
-        """The tiny recipe; `extra_gpt` adds or replaces `gpt_args` keys (a value None removes the key)."""
+               global_batch_size: int = 4, extra_gpt: dict | None = None, param_dtype: str = "fp32",
+               fsdp2_overrides: dict | None = None) -> dict:
+        """The tiny recipe; `extra_gpt` adds or replaces `gpt_args` keys (a value None removes the key);
+        `fsdp2_overrides` changes keys of its FSDP2 config."""
         recipe = tiny_recipe(self.sources.mindspeed_mm, self.hf_dir, self.data_json, self.root / "shared",
                              cp=cp, cp_algo=cp_algo, fsdp2=fsdp2, train_iters=train_iters,
                              global_batch_size=global_batch_size, summary=self.summary, param_dtype=param_dtype,
-                             upstream_recipe=self.upstream_recipe)
+                             upstream_recipe=self.upstream_recipe, fsdp2_overrides=fsdp2_overrides)
         for key, value in (extra_gpt or {}).items():
             if value is None:
                 recipe["gpt_args"].pop(key, None)

@@ -38,11 +38,13 @@ def _drop(section: dict, *keys: str) -> None:
 def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path, *, cp: int = 1,
                 cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
                 global_batch_size: int = 4, seq_length: int = 1024, summary: dict | None = None,
-                param_dtype: str = "fp32", upstream_recipe: str = UPSTREAM_RECIPE) -> dict:
+                param_dtype: str = "fp32", upstream_recipe: str = UPSTREAM_RECIPE,
+                fsdp2_overrides: dict | None = None) -> dict:
     """The recipe dict for the tiny model; `workdir` receives the FSDP2 config and the dataset cache.
 
     `param_dtype` is FSDP2's compute dtype of the parameters: fp32 (default), or upstream's bf16 (gradients
-    reduced in fp32, as upstream's `fsdp2_config.yaml`)."""
+    reduced in fp32, as upstream's `fsdp2_config.yaml`); `fsdp2_overrides` changes other keys of that config
+    (`expert_parallel_size`)."""
     recipe, fsdp2_config = load_upstream(mindspeed_mm, upstream_recipe)
     recipe = copy.deepcopy(recipe)
     summary = summary or {}
@@ -55,8 +57,9 @@ def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path
     gpt["context_parallel_size"] = cp
     gpt["context_parallel_algo"] = cp_algo
     if fsdp2:
-        fsdp2_config = dict(fsdp2_config, param_dtype=param_dtype, reduce_dtype="fp32")
-        fsdp2_path = workdir / f"fsdp2_config_{param_dtype}.yaml"
+        fsdp2_config = dict(fsdp2_config, param_dtype=param_dtype, reduce_dtype="fp32", **(fsdp2_overrides or {}))
+        suffix = "".join(f"_{key}_{value}" for key, value in sorted((fsdp2_overrides or {}).items()))
+        fsdp2_path = workdir / f"fsdp2_config_{param_dtype}{suffix}.yaml"
         fsdp2_path.write_text(yaml.safe_dump(fsdp2_config, sort_keys=False))
         gpt["fsdp2_config_path"] = str(fsdp2_path)
     else:

@@ -505,3 +505,21 @@ def test_transfer_to_npu_counts_integer_tensors_in_histc_as_the_accelerator_does
         assert floats.dtype == torch.float32 and floats.tolist() == [1.0, 2.0]
     """)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_transfer_to_npu_gathers_into_the_stacked_output_torch_documents():
+    done = run_isolated("""
+        import torch, torch.distributed as dist
+        import torch_npu
+        from torch_npu.contrib import transfer_to_npu
+        dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
+        counts = torch.tensor([3, 0, 2, 5])
+        stacked = torch.zeros(1, 4, dtype=counts.dtype)
+        dist.all_gather_into_tensor(stacked, counts)
+        assert stacked.tolist() == [[3, 0, 2, 5]], stacked
+        flat = torch.zeros(4, dtype=counts.dtype)
+        dist.all_gather_into_tensor(flat, counts)
+        assert flat.tolist() == [3, 0, 2, 5]
+        dist.destroy_process_group()
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]

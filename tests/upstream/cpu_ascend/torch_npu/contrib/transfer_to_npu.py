@@ -8,7 +8,10 @@ arguments become `npu`, the NCCL backend becomes HCCL. Here the NPU is the host,
 the host shows through: `torch.histc` of an integer tensor, which CUDA's kernel counts (the result in the input's
 dtype; pytorch issue 38979) and the host's refuses ("histogram_cpu" not implemented for 'Long'), is counted here
 as CUDA does: MindSpeed-MM's fused MoE counts each expert's tokens so on the NPU (int64 expert indices, the counts
-passed on as `npu_grouped_matmul`'s group list). Importing it applies the redirections once.
+passed on as `npu_grouped_matmul`'s group list). One backend difference too: `all_gather_into_tensor` into the
+stacked output torch documents (`[world, *input shape]`), which NCCL and HCCL take and gloo refuses ("invalid tensor
+size"), is handed to gloo as the concatenation it is in memory (MindSpeed-MM's expert-parallel dispatch gathers each
+rank's expert counts so). Importing it applies the redirections once.
 """
 from __future__ import annotations
 
@@ -160,6 +163,16 @@ def _patch_distributed() -> None:
 
     dist.init_process_group = dist.distributed_c10d.init_process_group = init_host_process_group
     dist.new_group = dist.distributed_c10d.new_group = new_host_group
+
+    gather_into_tensor = dist.all_gather_into_tensor
+
+    @functools.wraps(gather_into_tensor)
+    def gather_into_stacked_or_flat(output_tensor, input_tensor, group=None, async_op=False):
+        if input_tensor.dim() and output_tensor.dim() == input_tensor.dim() + 1 and output_tensor.is_contiguous():
+            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])  # [world, *shape] -> [world * n, ...]
+        return gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+
+    dist.all_gather_into_tensor = dist.distributed_c10d.all_gather_into_tensor = gather_into_stacked_or_flat
 
     from torch.distributed import device_mesh
 
