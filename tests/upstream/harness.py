@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bed as bed_sources
-from recipe import tiny_recipe
+from recipe import UPSTREAM_MOE_RECIPE, UPSTREAM_RECIPE, tiny_recipe
 from runner import DEFAULT_TIMEOUT_S, RunLog, run_pretrain
 
 TINY_BUILDER = Path(__file__).resolve().parent / "tiny_qwen3vl.py"
@@ -37,20 +37,25 @@ class UpstreamBed:
     hf_dir: Path
     data_json: Path
     summary: dict
+    upstream_recipe: str = UPSTREAM_RECIPE
+    """The upstream recipe the bed's recipes derive from (`examples/qwen3vl/...yaml`)."""
     _checkouts: dict = field(default_factory=dict)
 
     @classmethod
-    def create(cls, root: Path, *, long_videos: bool = False, workload: str | None = None) -> "UpstreamBed":
+    def create(cls, root: Path, *, long_videos: bool = False, workload: str | None = None,
+               moe: bool = False) -> "UpstreamBed":
         """The bed in `root`; `long_videos`: every fourth sample of its dataset a long video; `workload`: one of
-        `tiny_qwen3vl.WORKLOADS` (images, short videos, ...; `long_videos` the same as `long_videos=True`)."""
+        `tiny_qwen3vl.WORKLOADS` (images, short videos, ...; `long_videos` the same as `long_videos=True`); `moe`:
+        the MoE model (`tiny_qwen3vl.py`), trained from upstream's 30B-A3B recipe."""
         sources = bed_sources.find_sources()
         if not sources.available:
             raise BedUnavailable(sources.skip_reason())
         root.mkdir(parents=True, exist_ok=True)
         assets = root / "tiny"
-        build_tiny_assets(sources, assets, long_videos=long_videos, workload=workload)
+        build_tiny_assets(sources, assets, long_videos=long_videos, workload=workload, moe=moe)
         summary = json.loads((assets / "hf" / "tiny_summary.json").read_text())
-        return cls(sources, root, assets / "hf", assets / "data" / "data.json", summary)
+        return cls(sources, root, assets / "hf", assets / "data" / "data.json", summary,
+                   UPSTREAM_MOE_RECIPE if moe else UPSTREAM_RECIPE)
 
     def checkout(self, register_fcp: bool = False) -> bed_sources.Checkout:
         """The assembled checkout (FCP overlaid; with the registration line when `register_fcp`)."""
@@ -61,11 +66,14 @@ class UpstreamBed:
         return self._checkouts[register_fcp]
 
     def recipe(self, *, cp: int = 1, cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
-               global_batch_size: int = 4, extra_gpt: dict | None = None, param_dtype: str = "fp32") -> dict:
-        """The tiny recipe; `extra_gpt` adds or replaces `gpt_args` keys (a value None removes the key)."""
+               global_batch_size: int = 4, extra_gpt: dict | None = None, param_dtype: str = "fp32",
+               fsdp2_overrides: dict | None = None) -> dict:
+        """The tiny recipe; `extra_gpt` adds or replaces `gpt_args` keys (a value None removes the key);
+        `fsdp2_overrides` changes keys of its FSDP2 config."""
         recipe = tiny_recipe(self.sources.mindspeed_mm, self.hf_dir, self.data_json, self.root / "shared",
                              cp=cp, cp_algo=cp_algo, fsdp2=fsdp2, train_iters=train_iters,
-                             global_batch_size=global_batch_size, summary=self.summary, param_dtype=param_dtype)
+                             global_batch_size=global_batch_size, summary=self.summary, param_dtype=param_dtype,
+                             upstream_recipe=self.upstream_recipe, fsdp2_overrides=fsdp2_overrides)
         for key, value in (extra_gpt or {}).items():
             if value is None:
                 recipe["gpt_args"].pop(key, None)
@@ -99,14 +107,14 @@ class UpstreamBed:
 
 
 def build_tiny_assets(sources: bed_sources.UpstreamSources, out: Path, timeout_s: float = 300, *,
-                      long_videos: bool = False, workload: str | None = None) -> None:
+                      long_videos: bool = False, workload: str | None = None, moe: bool = False) -> None:
     """Run `tiny_qwen3vl.py` in the upstream interpreter (transformers, tokenizers, PIL, av live there)."""
     if (out / "hf" / "tiny_summary.json").is_file() and (out / "data" / "data.json").is_file():
         return
     env = dict(os.environ, PYTHONPATH=str(bed_sources.CPU_ASCEND), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                OMP_NUM_THREADS="1")
-    command = [str(sources.python), str(TINY_BUILDER), str(out)] + (["--long-videos"] if long_videos else []) + (
-        ["--workload", workload] if workload else [])
+    command = ([str(sources.python), str(TINY_BUILDER), str(out)] + (["--long-videos"] if long_videos else [])
+               + (["--workload", workload] if workload else []) + (["--moe"] if moe else []))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the tiny Qwen3-VL failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")

@@ -1,4 +1,5 @@
-"""The tiny Qwen3-VL recipe, derived in code from upstream's `examples/qwen3vl/qwen3vl_full_sft_8B.yaml`.
+"""The tiny Qwen3-VL recipe, derived in code from upstream's `examples/qwen3vl/qwen3vl_full_sft_8B.yaml` (the MoE model:
+`qwen3vl_full_sft_30B.yaml`, the same recipe with `model_id: qwen3_vl_moe`).
 
 Only paths, sizes, iteration counts and parallel keys change; everything else (optimizer, schedule, template,
 sampler, loss config, patches, attention implementation) is upstream's. Rules learned from the upstream reader:
@@ -17,12 +18,14 @@ from pathlib import Path
 import yaml
 
 UPSTREAM_RECIPE = "examples/qwen3vl/qwen3vl_full_sft_8B.yaml"
+UPSTREAM_MOE_RECIPE = "examples/qwen3vl/qwen3vl_full_sft_30B.yaml"
+"""The recipe of the MoE model (30B-A3B, `model_id: qwen3_vl_moe`)."""
 UPSTREAM_FSDP2 = "examples/qwen3vl/fsdp2_config.yaml"
 
 
-def load_upstream(mindspeed_mm: Path) -> tuple[dict, dict]:
-    """Upstream's 8B recipe and its FSDP2 config, as dicts (YAML anchors resolved)."""
-    recipe = yaml.safe_load((mindspeed_mm / UPSTREAM_RECIPE).read_text())
+def load_upstream(mindspeed_mm: Path, upstream_recipe: str = UPSTREAM_RECIPE) -> tuple[dict, dict]:
+    """Upstream's recipe (default the 8B one) and its FSDP2 config, as dicts (YAML anchors resolved)."""
+    recipe = yaml.safe_load((mindspeed_mm / upstream_recipe).read_text())
     fsdp2 = yaml.safe_load((mindspeed_mm / UPSTREAM_FSDP2).read_text())
     return recipe, fsdp2
 
@@ -35,12 +38,14 @@ def _drop(section: dict, *keys: str) -> None:
 def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path, *, cp: int = 1,
                 cp_algo: str = "ulysses_cp_algo", fsdp2: bool = True, train_iters: int = 5,
                 global_batch_size: int = 4, seq_length: int = 1024, summary: dict | None = None,
-                param_dtype: str = "fp32") -> dict:
+                param_dtype: str = "fp32", upstream_recipe: str = UPSTREAM_RECIPE,
+                fsdp2_overrides: dict | None = None) -> dict:
     """The recipe dict for the tiny model; `workdir` receives the FSDP2 config and the dataset cache.
 
     `param_dtype` is FSDP2's compute dtype of the parameters: fp32 (default), or upstream's bf16 (gradients
-    reduced in fp32, as upstream's `fsdp2_config.yaml`)."""
-    recipe, fsdp2_config = load_upstream(mindspeed_mm)
+    reduced in fp32, as upstream's `fsdp2_config.yaml`); `fsdp2_overrides` changes other keys of that config
+    (`expert_parallel_size`)."""
+    recipe, fsdp2_config = load_upstream(mindspeed_mm, upstream_recipe)
     recipe = copy.deepcopy(recipe)
     summary = summary or {}
     gpt = recipe["gpt_args"]
@@ -52,8 +57,9 @@ def tiny_recipe(mindspeed_mm: Path, hf_dir: Path, data_json: Path, workdir: Path
     gpt["context_parallel_size"] = cp
     gpt["context_parallel_algo"] = cp_algo
     if fsdp2:
-        fsdp2_config = dict(fsdp2_config, param_dtype=param_dtype, reduce_dtype="fp32")
-        fsdp2_path = workdir / f"fsdp2_config_{param_dtype}.yaml"
+        fsdp2_config = dict(fsdp2_config, param_dtype=param_dtype, reduce_dtype="fp32", **(fsdp2_overrides or {}))
+        suffix = "".join(f"_{key}_{value}" for key, value in sorted((fsdp2_overrides or {}).items()))
+        fsdp2_path = workdir / f"fsdp2_config_{param_dtype}{suffix}.yaml"
         fsdp2_path.write_text(yaml.safe_dump(fsdp2_config, sort_keys=False))
         gpt["fsdp2_config_path"] = str(fsdp2_path)
     else:

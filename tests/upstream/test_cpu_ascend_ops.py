@@ -321,7 +321,11 @@ def test_rotary_mul_is_x_cos_plus_rotate_half_x_sin(npu):
                                       actual_seq_kvlen=[4]), "dropout"),
     (lambda n: n.npu_fusion_attention(*_qkv(4, 4), 4, "TND", atten_mask=MASK, sparse_mode=4, actual_seq_qlen=[4],
                                       actual_seq_kvlen=[4]), "sparse_mode 4"),
-    (lambda n: n.npu_swiglu(torch.ones(2, 4)), "torch_npu.npu_swiglu"),
+    (lambda n: n.npu_gelu(torch.ones(2, 4)), "torch_npu.npu_gelu"),
+    (lambda n: n.npu_moe_token_permute(torch.ones(2, 4), torch.zeros(2, 1, dtype=torch.long), padded_mode=True),
+     "padded_mode"),
+    (lambda n: n.npu_grouped_matmul([torch.ones(2, 4)], [torch.ones(1, 4, 3)], group_list=[2], split_item=0,
+                                    group_type=0), "group_type 0 with split_item 0"),
     (lambda n: n.npu.memory._record_memory_history(), "torch.npu.memory._record_memory_history"),
     (lambda n: n.npu_rotary_mul(torch.ones(2), torch.ones(2), torch.ones(2), rotary_mode="interleave"), "rotary_mode"),
 ])
@@ -433,3 +437,110 @@ def test_gather_check_patch_adds_only_the_host_to_the_accepted_devices():
             print("OK")
     """)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout + done.stderr
+
+
+def _routing(tokens: int, experts: int, top_k: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tokens, experts, generator=g)
+    weights, indices = torch.topk(torch.softmax(logits, dim=-1), top_k, dim=-1)
+    return weights / weights.sum(-1, keepdim=True), indices
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_moe_permute_groups_each_tokens_copies_by_expert_in_token_order(npu, top_k):
+    tokens = torch.randn(7, 5, dtype=torch.float64)
+    _, indices = _routing(7, 4, top_k)
+    permuted, sorted_indices = npu.npu_moe_token_permute(tokens, indices if top_k > 1 else indices[:, 0])
+    # plain torch: for each expert in order, every (token, slot) routed to it, tokens in order
+    expected = torch.stack([tokens[i] for e in range(4) for i in range(7) for k in range(top_k)
+                            if int(indices[i, k]) == e])
+    assert_close(permuted, expected, rtol=0, atol=0)
+    assert sorted_indices.dtype == torch.int32
+    flat = indices.reshape(-1)
+    assert torch.equal(permuted[sorted_indices.long()], tokens.repeat_interleave(top_k, 0))  # row of each copy
+    assert torch.equal(flat[torch.argsort(sorted_indices.long())], flat.sort(stable=True).values)
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_moe_unpermute_weighs_and_sums_each_tokens_copies_with_exact_gradients(npu, top_k):
+    tokens = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    probs, indices = _routing(6, 5, top_k, seed=1)
+    probs = probs.double().requires_grad_(True)
+    permuted, sorted_indices = npu.npu_moe_token_permute(tokens, indices)
+    transformed = permuted * torch.arange(1, permuted.shape[0] + 1, dtype=torch.float64).unsqueeze(1)
+    out = npu.npu_moe_token_unpermute(transformed, sorted_indices, probs=probs)
+    # plain torch: copy k of token i went through row position[i, k] of the grouped rows
+    position = sorted_indices.long().reshape(6, top_k)
+    scale = (position + 1).to(torch.float64)
+    expected = (tokens.unsqueeze(1) * scale.unsqueeze(-1) * probs.unsqueeze(-1)).sum(1)
+    assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    weights = torch.randn(6, 4, dtype=torch.float64)
+    got = torch.autograd.grad((out * weights).sum(), (tokens, probs))
+    want = torch.autograd.grad((expected * weights).sum(), (tokens, probs))
+    for a, b in zip(got, want):
+        assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert torch.equal(npu.npu_moe_token_unpermute(permuted, sorted_indices, probs=torch.ones(6, top_k,
+                                                                                               dtype=torch.float64)),
+                       tokens.detach() * top_k)
+
+
+def test_swiglu_is_swish_of_the_first_half_times_the_second(npu):
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    first, second = x[:, :4], x[:, 4:]
+    reference = first * torch.sigmoid(first) * second
+    assert_close(npu.npu_swiglu(x, dim=-1), reference, rtol=1e-12, atol=1e-12)
+    assert_close(npu.npu_swiglu(x.T.contiguous(), dim=0), reference.T, rtol=1e-12, atol=1e-12)
+
+
+def test_grouped_matmul_along_m_and_along_k(npu):
+    g = torch.Generator().manual_seed(3)
+    counts = [3, 0, 4, 1]
+    x = torch.randn(sum(counts), 5, generator=g, dtype=torch.float64)
+    w = torch.randn(4, 5, 6, generator=g, dtype=torch.float64)
+    rows = torch.repeat_interleave(torch.arange(4), torch.tensor(counts))
+    expected = torch.einsum("mk,mkn->mn", x, w[rows])
+    (out,) = npu.npu_grouped_matmul([x], [w], group_list=torch.tensor(counts), split_item=2, group_type=0,
+                                    group_list_type=1)
+    assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    (cumulative,) = npu.npu_grouped_matmul([x], [w], group_list=[3, 3, 7, 8], split_item=3, group_type=0,
+                                           group_list_type=0)
+    assert_close(cumulative, expected, rtol=1e-12, atol=1e-12)
+    grad = torch.randn(sum(counts), 6, generator=g, dtype=torch.float64)
+    (per_group,) = npu.npu_grouped_matmul([x.T], [grad], group_list=counts, split_item=3, group_type=2,
+                                          group_list_type=1)
+    expected_w = torch.stack([x[rows == e].T @ grad[rows == e] for e in range(4)])
+    assert per_group.shape == (4, 5, 6)
+    assert_close(per_group, expected_w, rtol=1e-12, atol=1e-12)
+
+
+def test_transfer_to_npu_counts_integer_tensors_in_histc_as_the_accelerator_does():
+    done = run_isolated("""
+        import torch
+        import torch_npu
+        from torch_npu.contrib import transfer_to_npu
+        indices = torch.tensor([[0, 3], [3, 1], [2, 3]])
+        counts = torch.histc(indices, bins=4, min=0, max=4)
+        assert counts.dtype == torch.int64 and counts.tolist() == [1, 1, 1, 3], counts
+        assert torch.equal(counts, torch.bincount(indices.reshape(-1), minlength=4))
+        floats = torch.histc(torch.tensor([0.5, 1.5, 1.6]), bins=2, min=0, max=2)
+        assert floats.dtype == torch.float32 and floats.tolist() == [1.0, 2.0]
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_transfer_to_npu_gathers_into_the_stacked_output_torch_documents():
+    done = run_isolated("""
+        import torch, torch.distributed as dist
+        import torch_npu
+        from torch_npu.contrib import transfer_to_npu
+        dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
+        counts = torch.tensor([3, 0, 2, 5])
+        stacked = torch.zeros(1, 4, dtype=counts.dtype)
+        dist.all_gather_into_tensor(stacked, counts)
+        assert stacked.tolist() == [[3, 0, 2, 5]], stacked
+        flat = torch.zeros(4, dtype=counts.dtype)
+        dist.all_gather_into_tensor(flat, counts)
+        assert flat.tolist() == [3, 0, 2, 5]
+        dist.destroy_process_group()
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]

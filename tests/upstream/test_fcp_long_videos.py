@@ -3,7 +3,7 @@
 The tiny Qwen3-VL trains 4 steps of global batch 8 on a dataset whose every fourth sample is a 24 s video (48
 frames kept at 2 fps: 24 frame groups, 738 tokens) among images and short videos, with the keys of the tiny CPU
 example (`fcp_max_tokens_per_rank: 256`, `fcp_max_degree: 3`): a long video needs a group of 3 ranks; its round
-encodes it in ranges of its frame groups (`vision_split.media_pieces`) over all 4 ranks, the rank of the other
+encodes it in ranges of its frame groups (`media_pieces`) over all 4 ranks, the rank of the other
 group receiving a range's pixels and sending its feature rows back (`encode_media_over_round`). FCP on 4 gloo
 processes against one process without FCP, under FSDP2 and under Megatron DDP, each with a trainable vision
 tower and with upstream's frozen one; every step's loss within 1e-5 and grad norm within 1e-4 (relative).
@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from conftest import require_upstream
-from harness import BedUnavailable, UpstreamBed
+from conftest import bed_or_skip
+from harness import UpstreamBed
 from test_fcp_training import planned_degrees
 
 STEPS = 4
@@ -31,12 +31,7 @@ SPREAD_LINE = re.compile(r"the round's (\d+) media of \d+ patches encoded over i
 
 @pytest.fixture(scope="module")
 def long_video_bed(tmp_path_factory) -> UpstreamBed:
-    try:
-        return UpstreamBed.create(tmp_path_factory.mktemp("upstream_bed_long_videos"), long_videos=True)
-    except BedUnavailable as missing:
-        if require_upstream():
-            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set: {missing}", pytrace=False)
-        pytest.skip(str(missing))
+    return bed_or_skip(tmp_path_factory.mktemp("upstream_bed_long_videos"), long_videos=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,21 @@
-"""The FCP recipe is upstream's Qwen3-VL 8B recipe with only the FCP keys and the long-video keys changed.
+"""The FCP recipe is upstream's Qwen3-VL 8B recipe with only the FCP keys and the long-video keys changed; upstream's
+32B, 30B-A3B and 235B-A22B recipes with the same changes pass FCP's validation.
 
-That it trains is `test_fcp_training.py`; here, that a user gets FCP by changing two values of upstream's recipe
-(`context_parallel_algo` and `sampler_type`) and adding `fcp_*` keys. (Another sampler under `fcp_cp_algo` is
-refused naming the YAML key: `tests/ut/feature/test_feature_qwen3vl_data.py`; the training test shows the wrapper is what
-upstream's data loader builder runs.)
+That it trains is `test_fcp_training.py` (the MoE model: `test_fcp_moe.py`); here, that a user gets FCP by changing
+two values of upstream's recipe (`context_parallel_algo` and `sampler_type`) and adding `fcp_*` keys. (Another
+sampler under `fcp_cp_algo` is refused naming the YAML key: `tests/ut/feature/test_feature_data_loader.py`; the
+training test shows the wrapper is what upstream's data loader builder runs.)
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+import bed as bed_sources
 from bed import REPO
+from conftest import unavailable
 
 FCP_RECIPE = REPO / "examples" / "qwen3vl" / "qwen3vl_full_sft_8B_fcp.yaml"
 UPSTREAM_RECIPE = Path("examples") / "qwen3vl" / "qwen3vl_full_sft_8B.yaml"
@@ -47,3 +51,65 @@ def test_fcp_recipe_differs_from_upstream_only_in_the_fcp_keys(upstream_bed) -> 
     assert removed == []
     assert added and all(key.startswith("gpt_args.fcp_") for key in added), added
     assert changed == {**FCP_CHANGES, **LONG_VIDEO_CHANGES}
+
+
+UPSTREAM_RECIPES = ("qwen3vl_full_sft_32B.yaml", "qwen3vl_full_sft_30B.yaml", "qwen3vl_full_sft_235B.yaml")
+"""Upstream's other Qwen3-VL recipes on `pretrain_transformers.py`: 32B dense, 30B-A3B and 235B-A22B MoE."""
+
+
+def _fcp_recipe_of(upstream: dict, tmp_path: Path) -> Path:
+    """Upstream's recipe with FCP's changes and a cost table of the decoder sizes validation compares it with (the
+    Megatron arguments MindSpeed-MM fills from `model.text_decoder`; that the table is the model's is the cost
+    source's check)."""
+    import dataclasses
+
+    from mindspeed_mm.core.fcp.cost import preset_table
+
+    recipe = dict(upstream)
+    for key, (_, new) in FCP_CHANGES.items():
+        *parents, last = key.split(".")
+        node = recipe
+        for part in parents:
+            node = node[part]
+        node[last] = new
+    decoder = recipe["model"]["text_decoder"]
+    table = preset_table("a3-qwen3vl-8b")
+    shaped = dataclasses.replace(table, model=dataclasses.replace(
+        table.model, name="recipe-model", layers=decoder["num_layers"], hidden=decoder["hidden_size"],
+        heads=decoder["num_attention_heads"]))
+    shaped.save(tmp_path / "table.json")
+    recipe["gpt_args"].update(fcp_profile_table=str(tmp_path / "table.json"), fcp_max_degree=8)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return path
+
+
+def _megatron_args(path: Path) -> "argparse.Namespace":
+    """The arguments MindSpeed-MM makes of a recipe: its `gpt_args`, the Megatron checks' sizes from
+    `model.text_decoder`, the recipe as `--mm-model` / `--mm-data`; 16 ranks."""
+    import argparse
+
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    decoder = recipe["model"]["text_decoder"]
+    return argparse.Namespace(**recipe["gpt_args"], mm_model=str(path), mm_data=str(path), world_size=16,
+                              num_layers=decoder["num_layers"], hidden_size=decoder["hidden_size"],
+                              num_attention_heads=decoder["num_attention_heads"])
+
+
+@pytest.mark.parametrize("name", UPSTREAM_RECIPES)
+def test_upstreams_32b_and_moe_recipes_with_fcps_keys_pass_validation(name: str, tmp_path: Path) -> None:
+    from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError, validate_fcp_args
+
+    sources = bed_sources.find_sources()
+    upstream_path = sources.mindspeed_mm / "examples" / "qwen3vl" / name
+    if not upstream_path.is_file():
+        unavailable(sources.skip_reason())
+    upstream = yaml.safe_load(upstream_path.read_text())
+    path = _fcp_recipe_of(upstream, tmp_path)
+    validate_fcp_args(_megatron_args(path))
+    if upstream["model"]["model_id"] == "qwen3_vl_moe":  # through the MoE adapter, which refuses the balancing loss
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+        recipe["model"]["loss_cfg"]["router_aux_loss_coef"] = 0.01
+        path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+        with pytest.raises(FCPArgumentError, match=r"model\.loss_cfg\.router_aux_loss_coef=0\.01"):
+            validate_fcp_args(_megatron_args(path))

@@ -7,32 +7,16 @@ statistics. Every output, log-sum-exp and gradient must match float64 attention.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-import bed as bed_sources
-from conftest import require_upstream
+from conftest import run_upstream_script
 
 SCRIPT = Path(__file__).resolve().parent / "mindspeed_tnd_merge.py"
 
 
 def test_upstream_tnd_helpers_merge_the_emulated_kernel_exactly() -> None:
-    sources = bed_sources.find_sources()
-    if not sources.available:
-        if require_upstream():
-            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set: {sources.skip_reason()}", pytrace=False)
-        pytest.skip(sources.skip_reason())
-    env = dict(os.environ, MINDSPEED_MM_DIR=str(sources.mindspeed_mm), PYTHONPATH=os.pathsep.join(
-        (str(bed_sources.CPU_ASCEND), str(sources.mindspeed), str(sources.megatron.parent))))
-    done = subprocess.run([str(sources.python), str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
-    assert done.returncode == 0, f"{SCRIPT.name} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    errors = run_upstream_script(SCRIPT, timeout_s=300)
     print(f"[upstream TND helpers] largest errors: {errors}", file=sys.stderr)
     assert len(errors) == 9
     bad = {name: value for name, value in errors.items() if not value < 1e-5}

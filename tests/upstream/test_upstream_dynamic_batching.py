@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bed import find_sources
-from conftest import require_upstream
+from conftest import unavailable
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver.mindspeed_mm_runs import token_budget_micro_batches
 
@@ -19,9 +19,7 @@ STRATEGY_FILE = "mindspeed_mm/data/dataloader/batching_strategy.py"
 def _upstream_strategy_module():
     path = find_sources().mindspeed_mm / STRATEGY_FILE
     if not path.is_file():
-        if require_upstream():
-            pytest.fail(f"FCP_REQUIRE_UPSTREAM is set but {path} is missing", pytrace=False)
-        pytest.skip(f"no MindSpeed-MM checkout with {STRATEGY_FILE}")
+        unavailable(f"no MindSpeed-MM checkout with {STRATEGY_FILE} ({path} is missing)")
     spec = importlib.util.spec_from_file_location("upstream_batching_strategy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

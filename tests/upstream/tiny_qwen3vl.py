@@ -39,6 +39,9 @@ LONG_VIDEO_FRAMES = 64
 """Most frames the processor keeps per video (the recipes' `video_maxlen` caps them first)."""
 LONG_VIDEO_PIXELS = 128 * 128 * LONG_VIDEO_FRAMES
 """Most pixels of a whole video (all frames) the processor keeps: 64 frames of 128 x 128."""
+MOE_SHAPE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
+                 mlp_only_layers=[], norm_topk_prob=True)
+"""The MoE text decoder's experts (Qwen3-VL-MoE, `model_id: qwen3_vl_moe`): every layer sparse, 4 experts, top 2."""
 MODEL_SUMMARY = {"vit_layers": 2, "llm_layers": 2, "llm_hidden": 64, "llm_heads": 4, "llm_kv_heads": 2,
                  "vit_hidden": 32, "vit_heads": 2, "vocab_size": VOCAB_SIZE}
 
@@ -73,27 +76,41 @@ def build_processor(tokenizer):
     return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor)
 
 
-def build_model_folder(out: Path, seed: int = 1234) -> Path:
-    """Save config, fp32 random weights, tokenizer and processor under `out`; returns `out`."""
+def _upstream_expert_layout(state: dict) -> dict:
+    """Hugging Face's MoE expert weights `[experts, in, out]` as MindSpeed-MM's Qwen3-VL-MoE holds them,
+    `[experts * in, out]` (the same memory; upstream views them back per expert)."""
+    return {name: tensor.reshape(-1, tensor.shape[-1]).contiguous() if name.endswith(("experts.gate_up_proj",
+            "experts.down_proj")) else tensor for name, tensor in state.items()}
+
+
+def build_model_folder(out: Path, seed: int = 1234, moe: bool = False) -> Path:
+    """Save config, fp32 random weights, tokenizer and processor under `out`; returns `out`. With `moe`, the
+    decoder is Qwen3-VL-MoE's (`MOE_SHAPE`), its expert weights saved in MindSpeed-MM's layout."""
     import torch
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    from transformers import (Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLMoeConfig,
+                              Qwen3VLMoeForConditionalGeneration)
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in SPECIAL_TOKENS}
-    config = Qwen3VLConfig(
-        text_config=dict(vocab_size=VOCAB_SIZE, tie_word_embeddings=False, **TEXT_SHAPE),
+    config_class, model_class = ((Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration) if moe
+                                 else (Qwen3VLConfig, Qwen3VLForConditionalGeneration))
+    config = config_class(
+        text_config=dict(vocab_size=VOCAB_SIZE, tie_word_embeddings=False, **TEXT_SHAPE, **(MOE_SHAPE if moe else {})),
         vision_config=VISION_SHAPE, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(config).float()
-    model.save_pretrained(out, safe_serialization=True)
+    model = model_class(config).float()
+    state = _upstream_expert_layout(model.state_dict()) if moe else None
+    model.save_pretrained(out, safe_serialization=True, state_dict=state)
     tokenizer.save_pretrained(out)
     build_processor(tokenizer).save_pretrained(out)
-    (out / "tiny_summary.json").write_text(json.dumps(
-        {**MODEL_SUMMARY, "parameters": sum(p.numel() for p in model.parameters())}, indent=1))
+    summary = {**MODEL_SUMMARY, "parameters": sum(p.numel() for p in model.parameters())}
+    if moe:
+        summary.update(experts=MOE_SHAPE["num_experts"], experts_per_token=MOE_SHAPE["num_experts_per_tok"])
+    (out / "tiny_summary.json").write_text(json.dumps(summary, indent=1))
     return out
 
 
@@ -177,14 +194,14 @@ def build_dataset(out: Path, num_samples: int = 16, long_video_every: int = 0, w
 
 
 def main(argv: list[str]) -> int:
-    """`python tiny_qwen3vl.py OUT [--long-videos | --workload NAME]`: the model in OUT/hf, the data in OUT/data
-    (`WORKLOADS`; `--long-videos` is `--workload long_videos`)."""
+    """`python tiny_qwen3vl.py OUT [--long-videos | --workload NAME] [--moe]`: the model in OUT/hf, the data in
+    OUT/data (`WORKLOADS`; `--long-videos` is `--workload long_videos`; with `--moe`, the MoE model)."""
     root = Path(argv[1])
     options = argv[2:]
     workload = "long_videos" if "--long-videos" in options else "mixed"
     if "--workload" in options:
         workload = options[options.index("--workload") + 1]
-    build_model_folder(root / "hf")
+    build_model_folder(root / "hf", moe="--moe" in options)
     build_dataset(root / "data", workload=workload)
     print(json.dumps({"hf": str(root / "hf"), "data": str(root / "data" / "data.json")}))
     return 0

@@ -4,7 +4,10 @@ Each module in `COMMAND_MODULES` exposes `add_parser(subparsers)`, which registe
 `run(args) -> int`. The product's commands live in `mindspeed_mm.core.fcp.commands`; `fcp train` and
 `fcp demo` run the demo trainer and live with it in `mindspeed_mm.core.fcp.sandbox`, registered only
 where that package is installed (a MindSpeed-MM checkout overlaid by `fcp overlay` holds the product only).
-Every module imports only what its parser needs; what a command runs is imported when it runs.
+
+`fcp <command> ...` imports only that command's module, and every module imports only what its parser needs
+(what a command runs is imported when it runs): `fcp --help` imports no command module at all (it lists
+`SUMMARIES`), so neither it nor `fcp plan` or `fcp overlay` loads torch or scipy.
 """
 from __future__ import annotations
 
@@ -24,6 +27,16 @@ COMMAND_MODULES: tuple[str, ...] = (
     f"{_PRODUCT}.fcp_overlay", f"{_PRODUCT}.fcp_profile",
 )
 """Sub-command modules, in the order `fcp --help` lists them."""
+SUMMARIES: dict[str, str] = {
+    "plan": "plan one global batch",
+    "simulate": "compare FCP with the baselines over many batches",
+    "train": "train the tiny model with FCP or static CP (one process per rank, via torchrun)",
+    "demo": "plan a 64-NPU batch and train a tiny model with FCP on CPU processes",
+    "overlay": "copy the FCP packages, docs and examples into a MindSpeed-MM checkout",
+    "profile": "measure the cost model's profile table on this host (and validate it)",
+}
+"""Each command's one-line help (its module's `help`, checked by the tests), for the listing of `fcp --help`."""
+_EXIT_USAGE = 2
 
 
 def _available(module: str) -> bool:
@@ -34,27 +47,50 @@ def _available(module: str) -> bool:
     except ImportError:
         return False
 
-_EXIT_USAGE = 2
+
+def command_name(module: str) -> str:
+    """`mindspeed_mm.core.fcp.commands.fcp_plan` -> `plan`."""
+    return module.rsplit(".", 1)[1].removeprefix("fcp_")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `fcp` parser with every sub-command registered."""
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     parser = argparse.ArgumentParser(
         prog="fcp", description="Flexible Context Parallelism for MindSpeed-MM: plan, simulate and train."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (repeat for debug)")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in filter(_available, COMMAND_MODULES):
-        module = importlib.import_module(name)
-        sub = module.add_parser(subparsers)
-        sub.set_defaults(handler=module.run)
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `fcp` parser with the sub-commands `commands` fully registered (default: every available one); the
+    others are listed by their summary only."""
+    parser, subparsers = _top_parser()
+    for module_name in filter(_available, COMMAND_MODULES):
+        name = command_name(module_name)
+        if commands is None or name in commands:
+            module = importlib.import_module(module_name)
+            module.add_parser(subparsers).set_defaults(handler=module.run)
+        else:
+            subparsers.add_parser(name, help=SUMMARIES[name], add_help=False)
     return parser
+
+
+def _requested_command(argv: Sequence[str]) -> str | None:
+    """The sub-command named on the command line (the first argument that is not an option of `fcp` itself)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+        if arg in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `fcp` sub-command; returns the exit status (2 for bad input, with a message on stderr)."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    requested = _requested_command(argv)
+    parser = build_parser(() if requested is None else (requested,))
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:

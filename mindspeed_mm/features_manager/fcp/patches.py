@@ -1,8 +1,10 @@
-"""The functions FCP patches on MindSpeed-MM's Qwen3-VL path, each with the adapter that replaces or wraps it and why.
+"""The functions FCP patches on MindSpeed-MM's `pretrain_transformers.py` path, each with what replaces or wraps it
+and why.
 
-Two Megatron functions that every MindSpeed-MM entry script runs through (`megatron/`: model-parallel
-initialisation, the forward-backward schedule) and four MindSpeed-MM functions of the Qwen3-VL model
-(`qwen3vl/`). A patch is registered only where its target's package is importable.
+Three Megatron functions every MindSpeed-MM entry script runs through (`megatron/`: model-parallel initialisation,
+the forward-backward schedule, checkpoint saving), two of MindSpeed-MM's whatever the model (its sampler data
+loader, `TransformersModel`'s loss), and the model's own, which its adapter lists (`model_adapter`, registered by
+the recipe's `model.model_id`). A patch is registered only where its target's package is importable.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 _MEGATRON = "mindspeed_mm.features_manager.fcp.megatron"
-_QWEN3VL = "mindspeed_mm.features_manager.fcp.qwen3vl"
+_FEATURE = "mindspeed_mm.features_manager.fcp"
 
 
 @dataclass(frozen=True)
@@ -60,34 +62,34 @@ FCP_PATCHES: tuple[FCPPatch, ...] = (
     ),
     FCPPatch(
         "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
-        f"{_QWEN3VL}.data:prepare_sampler_dataloader_wrapper",
+        f"{_FEATURE}.data_loader:prepare_sampler_dataloader_wrapper",
         "MindSpeed-MM's data loader: `sampler_type: FCPBatchSampler` plans every global batch from the dataset's "
         "token lengths and gives each rank its group's samples packed, round after round",
         requires="mindspeed_mm.data.dataloader.dataloader",
     ),
     FCPPatch(
-        "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
-        f"{_QWEN3VL}.modeling:model_forward_wrapper",
-        "Qwen3-VL builds the round's packed samples whole (each image or video encoded by one member of the group, "
-        "features gathered; one vision-tower call per round on every rank, as FSDP2 needs), then runs its text "
-        "decoder on this rank's zigzag shard (embeddings, mRoPE ids, deepstack features)",
-        requires="mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl",
-    ),
-    FCPPatch(
-        "mindspeed_mm.models.transformers.qwen3vl.modules.Qwen3VLTextAttention.forward",
-        f"{_QWEN3VL}.modeling:text_attention_forward_wrapper",
-        "Qwen3-VL's text attention runs FCP's ring or Ulysses attention over the round's group",
-        requires="mindspeed_mm.models.transformers.qwen3vl.modules",
-    ),
-    FCPPatch(
         "mindspeed_mm.models.transformers_model.TransformersModel.build_loss_ctx",
-        f"{_QWEN3VL}.loss:build_loss_ctx_wrapper",
+        f"{_FEATURE}.loss:build_loss_ctx_wrapper",
         "the loss of a round's shard is weighted so that the step's loss and gradients are those of the global "
         "batch on one device (model.loss_cfg semantics)",
         requires="mindspeed_mm.models.transformers_model",
     ),
 )
-"""Every patch of the FCP feature, in registration order."""
+"""The patches of the FCP feature whatever the model, in registration order."""
+
+
+def run_patches(args: argparse.Namespace) -> list[FCPPatch]:
+    """Every patch of the run: the feature's, then those of its model's adapter (the recipe's `model.model_id`;
+    an entry script that passes no recipe gets every adapter's, once per target)."""
+    from .model_adapter import MODEL_ADAPTERS, adapter_for
+    from .run_checks import recipe_model_id
+
+    model_id = recipe_model_id(args)
+    adapters = [adapter_for(model_id)] if model_id is not None else [adapter_for(m) for m in MODEL_ADAPTERS]
+    patches = list(FCP_PATCHES)
+    for adapter in adapters:
+        patches.extend(patch for patch in adapter.patches if patch.target not in {p.target for p in patches})
+    return patches
 
 
 def _importable(package: str) -> bool:
@@ -97,13 +99,13 @@ def _importable(package: str) -> bool:
         return False
 
 
-def active_patches() -> list[FCPPatch]:
-    """The patches whose package is importable here."""
-    return [patch for patch in FCP_PATCHES if _importable(patch.requires)]
+def active_patches(patches: list[FCPPatch] | tuple[FCPPatch, ...] = FCP_PATCHES) -> list[FCPPatch]:
+    """Those of `patches` whose package is importable here."""
+    return [patch for patch in patches if _importable(patch.requires)]
 
 
 def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[FCPPatch]:
-    """Configures the FCP runtime from `args` and registers the active patches; returns them."""
+    """Configures the FCP runtime from `args` and registers the run's active patches; returns them."""
     from mindspeed_mm_fcp.parallel_layout import fcp_ranks
 
     from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
@@ -111,13 +113,14 @@ def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[F
     from .runtime import reset_fcp_runtime
 
     reset_fcp_runtime(FCPOptions.from_namespace(args).runtime_settings())
-    patches = active_patches()
+    every = run_patches(args)
+    patches = active_patches(every)
     for patch in patches:
         patch_manager.register_patch(patch.target, patch.load_adapter())
     logger.info("FCP: context_parallel_algo=fcp_cp_algo on %d ranks, max degree %s, cost source %s; patched %s",
                 fcp_ranks(args), args.fcp_max_degree or "all", args.fcp_profile_table or args.fcp_preset,
                 ", ".join(patch.target for patch in patches))
-    skipped = [patch.target for patch in FCP_PATCHES if patch not in patches]
+    skipped = [patch.target for patch in every if patch not in patches]
     if skipped:
         logger.info("FCP: not patching %s (package not importable)", ", ".join(skipped))
     return patches

@@ -1,12 +1,12 @@
 """What an FCP run must be, checked at argument validation, before the model is built: each error names the key.
 
-FCP patches MindSpeed-MM's Qwen3-VL on `pretrain_transformers.py` (Megatron's schedule, FSDP2 or DDP). Runs
-that would be accepted and then break, or train wrongly, are refused here:
+FCP patches MindSpeed-MM's models on `pretrain_transformers.py` (Megatron's schedule, FSDP2 or DDP) through their
+adapters (`model_adapter`). Runs that would be accepted and then break, or train wrongly, are refused here:
 
 - pipeline parallelism: a round's shard lengths change every round, Megatron's pipeline exchanges fixed shapes;
 - sequence parallelism with TP > 1: zigzag shards are not multiples of the TP size;
 - `use_txt_dynamic_batching`: upstream would re-batch FCP's planned rounds;
-- a model other than Qwen3-VL (`model.model_id`): nothing patches it;
+- a `model.model_id` without an adapter: nothing patches it; and what the model's adapter refuses of its recipe;
 - a loss FCP does not reproduce (`model.loss_cfg`);
 - a dataset preprocessed with packing: its segment masks would collapse into one document.
 
@@ -22,10 +22,11 @@ from typing import Any
 
 import yaml
 
+from mindspeed_mm.core.fcp.cost.model_config import recipe_value
 from mindspeed_mm_fcp.options import FCPOptionError
 
-FCP_MODELS = ("qwen3_vl",)
-"""`model.model_id` values whose model FCP patches."""
+from .model_adapter import MODEL_ID_KEY, adapter_for
+
 SUPPORTED_LOSS = {"loss_type": ("default",), "compute_mode": ("default", "chunk")}
 """`model.loss_cfg` values FCP reproduces exactly."""
 PACKING_KEYS = ("data.dataset_param.attr.packing", "data.dataset_param.attr.pretrain",
@@ -72,13 +73,10 @@ def run_recipe(args: argparse.Namespace) -> tuple[str, Mapping[str, Any]] | None
     return path, recipe
 
 
-def _lookup(recipe: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = recipe
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
+def recipe_model_id(args: argparse.Namespace) -> Any:
+    """The recipe's `model.model_id` (None when the entry script passes no recipe)."""
+    found = run_recipe(args)
+    return None if found is None else recipe_value(found[1], MODEL_ID_KEY)
 
 
 def check_recipe(args: argparse.Namespace) -> None:
@@ -87,19 +85,19 @@ def check_recipe(args: argparse.Namespace) -> None:
     if found is None:
         return
     path, recipe = found
-    model_id = _lookup(recipe, "model.model_id")
-    if model_id not in FCP_MODELS:
-        raise FCPOptionError(
-            f"{path}: model.model_id={model_id!r} with fcp_cp_algo: FCP patches {', '.join(FCP_MODELS)} "
-            "(MindSpeed-MM's Qwen3-VL on pretrain_transformers.py) only")
+    try:
+        adapter = adapter_for(recipe_value(recipe, MODEL_ID_KEY))
+    except FCPOptionError as error:
+        raise FCPOptionError(f"{path}: {error}") from None
+    adapter.check_recipe(recipe, path, args)
     for key, supported in SUPPORTED_LOSS.items():
-        value = _lookup(recipe, f"model.loss_cfg.{key}")
+        value = recipe_value(recipe, f"model.loss_cfg.{key}")
         if value is not None and value not in supported:
             raise FCPOptionError(
                 f"{path}: model.loss_cfg.{key}={value!r} with fcp_cp_algo: FCP reproduces "
                 f"{', '.join(supported)} only")
     for key in PACKING_KEYS:
-        if _lookup(recipe, key):
+        if recipe_value(recipe, key):
             raise FCPOptionError(
                 f"{path}: {key}: true with fcp_cp_algo: a packed row holds several samples, which FCP would "
                 "train as one document; FCP packs each round's samples itself, so preprocess without packing")
@@ -111,5 +109,5 @@ def check_supported_run(args: argparse.Namespace) -> None:
     check_recipe(args)
 
 
-__all__ = ["FCP_MODELS", "PACKING_KEYS", "SUPPORTED_LOSS", "check_parallel_layout", "check_recipe",
-           "check_supported_run", "run_recipe"]
+__all__ = ["PACKING_KEYS", "SUPPORTED_LOSS", "check_parallel_layout", "check_recipe", "check_supported_run",
+           "recipe_model_id", "run_recipe"]

@@ -15,6 +15,11 @@ them pay nothing:
   on this bed the host is the device, so `cpu` is added to the accepted device types of that check (only the
   constant tuple of the check changes; the function body is upstream's).
 
+- `mindspeed_mm.patchs.premul_sum_patch` (expert parallelism): upstream's workaround for a backend without
+  `ReduceOp.PREMUL_SUM` (HCCL, and gloo here) wraps `all_reduce`, `reduce_scatter` and `reduce_scatter_tensor`, which
+  FSDP2 used in upstream's torch 2.7.1; the bed's torch 2.13 reduce-scatters through `reduce_scatter_single`, so the
+  same wrapper of upstream's is applied to it too when upstream applies its patch.
+
 One observer, not a fix: `mindspeed_mm.training.train_step` is wrapped so that rank 0 prints each step's
 grad norm in full precision (Megatron's log line rounds it to 3 decimals); training is unchanged.
 """
@@ -149,6 +154,18 @@ def _gather_accepts_host(module: types.ModuleType) -> None:
     function.__code__ = code.replace(co_consts=consts)
 
 
+def _premul_sum_for_reduce_scatter_single(module: types.ModuleType) -> None:
+    import torch.distributed as dist
+
+    apply = module.apply_hccl_premul_sum_patch
+
+    def apply_also_to_reduce_scatter_single():
+        apply()
+        dist.reduce_scatter_single = module.hccl_premul_sum_wrapper(dist.reduce_scatter_single, "output")
+
+    module.apply_hccl_premul_sum_patch = apply_also_to_reduce_scatter_single
+
+
 EXACT_GRAD_NORM_PREFIX = "[bed] exact grad norm:"
 """Line prefix of the full-precision grad norm the bed's observer prints on rank 0 (Megatron logs 3 decimals)."""
 
@@ -180,5 +197,6 @@ def install() -> None:
     _REPLACE["torchvision.io.video"] = _build_video_module
     _POST["accelerate.state"] = _accelerate_host
     _POST["mindspeed_mm.models.common.communications"] = _gather_accepts_host
+    _POST["mindspeed_mm.patchs.premul_sum_patch"] = _premul_sum_for_reduce_scatter_single
     _POST["mindspeed_mm.training"] = _print_exact_grad_norm
     sys.meta_path.insert(0, _Finder())

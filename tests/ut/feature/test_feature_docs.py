@@ -11,6 +11,7 @@ import yaml
 from mindspeed_mm.core.fcp.commands.fcp_overlay import ENTRY_LINE
 from mindspeed_mm.core.fcp.cost import list_presets
 from mindspeed_mm.features_manager.fcp import FCPFeature
+from mindspeed_mm.features_manager.fcp.model_adapter import adapter_for
 from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,7 +92,7 @@ def test_every_preset_is_covered_by_the_docs() -> None:
 def test_every_patch_target_is_listed_with_its_reason() -> None:
     text = DOC.read_text(encoding="utf-8")
     listed = re.findall(r"^\| `([a-z_.A-Z0-9]+)` \| ", text, flags=re.MULTILINE)
-    assert listed == [p.target for p in FCP_PATCHES]
+    assert listed == [p.target for p in FCP_PATCHES] + [p.target for p in adapter_for("qwen3_vl").patches]
 
 
 def test_entry_line_is_the_documented_one() -> None:

@@ -17,7 +17,8 @@ from megatron.core.pipeline_parallel import schedules
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm.features_manager.fcp.megatron import model_parallel, schedule
 from mindspeed_mm_fcp.mindspeed_compat import MindSpeedPatchesManager
-from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES, active_patches
+from mindspeed_mm.features_manager.fcp.model_adapter import adapter_for
+from mindspeed_mm.features_manager.fcp.patches import FCP_PATCHES, active_patches, run_patches
 from mindspeed_mm.features_manager.fcp.runtime import get_fcp_runtime, reset_fcp_runtime
 from mindspeed_mm.features_manager.fcp.validation import FCPArgumentError
 
@@ -99,14 +100,21 @@ def test_exact_registrations() -> None:
     assert [p.target for p in FCP_PATCHES if p.requires != "megatron.core"] == [
         "megatron.training.checkpointing.save_checkpoint",
         "mindspeed_mm.data.dataloader.dataloader.prepare_sampler_dataloader",
-        "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
-        "mindspeed_mm.models.transformers.qwen3vl.modules.Qwen3VLTextAttention.forward",
         "mindspeed_mm.models.transformers_model.TransformersModel.build_loss_ctx",
     ]
+    # the model's own patches come from its adapter; without a recipe, every adapter's (one per target)
+    model_targets = [
+        "mindspeed_mm.models.transformers.qwen3vl.modeling_qwen3_vl.Qwen3VLModel.forward",
+        "mindspeed_mm.models.transformers.qwen3vl.modules.Qwen3VLTextAttention.forward",
+    ]
+    every = run_patches(fcp_args("--fcp-preset", "cpu-tiny"))
+    assert [p.target for p in every] == [p.target for p in FCP_PATCHES] + model_targets
+    for model_id in ("qwen3_vl", "qwen3_vl_moe"):
+        assert [p.target for p in adapter_for(model_id).patches] == model_targets
     # Megatron-LM's training package and MindSpeed-MM's modules are not importable here: not registered
-    assert all(p not in active_patches() for p in FCP_PATCHES[2:])
+    assert all(p not in active_patches(every) for p in every[2:])
     # every adapter loads (the Qwen3-VL ones import nothing of MindSpeed-MM at module level)
-    assert all(callable(p.load_adapter()) for p in FCP_PATCHES)
+    assert all(callable(p.load_adapter()) for p in every)
 
 
 def test_registration_configures_the_runtime() -> None:

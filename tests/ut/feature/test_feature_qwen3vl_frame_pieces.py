@@ -1,13 +1,14 @@
 """Why a long video may be encoded in pieces: Hugging Face's Qwen3-VL vision model (which MindSpeed-MM's Qwen3-VL
 forks) gives a range of a video's frame groups, encoded as a video of its own, exactly the rows the whole video
-gives those frame groups, deepstack features included (the split FCP makes, `vision_split.media_pieces`)."""
+gives those frame groups, deepstack features included (the split FCP makes, `media_pieces`), which the
+Qwen3-VL adapter declares (`VisionTower.frame_groups_independent`)."""
 from __future__ import annotations
 
 import torch
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
-from mindspeed_mm.features_manager.fcp.qwen3vl.vision_split import media_items, media_pieces
+from mindspeed_mm.core.fcp.runtime.media_pieces import media_items, media_pieces
 
 
 def test_frame_group_ranges_encode_to_the_whole_videos_rows() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import FCPDataError
-from mindspeed_mm.features_manager.fcp.qwen3vl.vision_patches import count_vision_patches, vision_token_ids
+from mindspeed_mm.core.fcp.runtime.step_plans import FCPDataError
+from mindspeed_mm.features_manager.fcp.qwen3vl.vision_tokens import count_vision_patches, vision_token_ids
 
 IMAGE, VIDEO = 7, 8
 

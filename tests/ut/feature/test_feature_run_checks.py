@@ -64,7 +64,8 @@ def test_sequence_parallel_without_tensor_parallelism_is_harmless() -> None:
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("model.model_id", "qwen2_5_vl", "model.model_id='qwen2_5_vl' with fcp_cp_algo: FCP patches qwen3_vl"),
+    ("model.model_id", "qwen2_5_vl", "model.model_id='qwen2_5_vl' with fcp_cp_algo: FCP has no model adapter for it; "
+                                     "supported: qwen3_vl, qwen3_vl_moe"),
     ("model.model_id", "internvl", "model.model_id='internvl'"),
     ("model.loss_cfg.loss_type", "per_token_loss", "model.loss_cfg.loss_type='per_token_loss'"),
     ("model.loss_cfg.compute_mode", "fused", "model.loss_cfg.compute_mode='fused'"),
@@ -74,6 +75,26 @@ def test_recipes_fcp_cannot_run_exactly_are_refused_naming_the_key(tmp_path: Pat
                                                                    message: str) -> None:
     with pytest.raises(FCPArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         validate_fcp_args(parse(recipe=recipe_with(tmp_path, key, value)))
+
+
+def test_the_moe_model_runs_through_its_adapter_and_refuses_the_router_balancing_loss(tmp_path: Path) -> None:
+    moe = recipe_with(tmp_path, "model.model_id", "qwen3_vl_moe")
+    validate_fcp_args(parse(recipe=moe))
+    recipe = yaml.safe_load(moe.read_text(encoding="utf-8"))
+    recipe["model"]["loss_cfg"]["router_aux_loss_coef"] = 0.001
+    moe.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    with pytest.raises(FCPArgumentError, match=r"model\.loss_cfg\.router_aux_loss_coef=0\.001 with fcp_cp_algo: the "
+                                               r"router's balancing loss .* FCP does not reproduce it"):
+        validate_fcp_args(parse(recipe=moe))
+
+
+@pytest.mark.parametrize("model_id", ["qwen3_vl", "qwen3_vl_moe"])
+def test_the_image_data_balance_of_the_vision_tower_is_refused_naming_the_key(model_id: str, tmp_path: Path) -> None:
+    args = parse(recipe=recipe_with(tmp_path, "model.model_id", model_id))
+    args.use_image_mbs_data_balance = True
+    with pytest.raises(FCPArgumentError, match=r"--use-image-mbs-data-balance \(YAML key use_image_mbs_data_balance\) "
+                                               r"with fcp_cp_algo: FCP assigns every round's images and videos"):
+        validate_fcp_args(args)
 
 
 def test_a_chunked_loss_is_accepted(tmp_path: Path) -> None:

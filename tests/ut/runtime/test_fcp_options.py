@@ -13,6 +13,7 @@ from mindspeed_mm.core.fcp.sandbox.run_config import load_run_config
 from mindspeed_mm.core.fcp.cli import build_parser
 from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 from mindspeed_mm.core.fcp.runtime.recalibration import PLAN_LAG, WARMUP_STEPS
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.solver.plan import INDEPENDENT, LOCKSTEP
 from mindspeed_mm.features_manager.fcp import FCPFeature
 from mindspeed_mm_fcp.options import FCP_OPTIONS
@@ -26,7 +27,7 @@ def planner_from_args(args: argparse.Namespace, num_ranks: int):  # type: ignore
 
 def plan_source_from_args(args: argparse.Namespace, num_ranks: int, batch_lengths, num_steps: int):  # type: ignore[no-untyped-def]
     options = FCPOptions.from_namespace(args)
-    return options.plan_source(options.batch_planner(num_ranks=num_ranks), batch_lengths, num_steps)
+    return options.plan_source(options.batch_planner(num_ranks=num_ranks), batch_lengths, RunSteps(0, num_steps))
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from mindspeed_mm.core.fcp.runtime.look_ahead import AsyncPlanner
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.solver import Plan
 
 PLAN_SECONDS = 0.05
@@ -61,7 +62,7 @@ def _wait(event: threading.Event) -> None:
 
 def test_synchronous_mode_waits_for_the_whole_planning() -> None:
     planner = _GatedPlanner(3)
-    with AsyncPlanner(planner, 3, look_ahead=False, clock=planner.clock) as plans:
+    with AsyncPlanner(planner, RunSteps(0, 3), look_ahead=False, clock=planner.clock) as plans:
         got = [plans.get(step) for step in range(3)]
     assert [p.plan.predicted_ms for p in got] == [0.0, 1.0, 2.0]
     assert [p.wait_ms for p in got] == pytest.approx([PLAN_SECONDS * 1e3] * 3)
@@ -70,7 +71,7 @@ def test_synchronous_mode_waits_for_the_whole_planning() -> None:
 
 def test_look_ahead_plans_the_next_step_while_the_current_one_trains() -> None:
     planner = _GatedPlanner(4, gated=True)
-    with AsyncPlanner(planner, 4, look_ahead=True, clock=planner.clock) as plans:
+    with AsyncPlanner(planner, RunSteps(0, 4), look_ahead=True, clock=planner.clock) as plans:
         planner.release(0)
         assert plans.get(0).plan.predicted_ms == 0.0
         for step in range(1, 4):
@@ -89,7 +90,7 @@ def test_look_ahead_plans_the_next_step_while_the_current_one_trains() -> None:
 
 def test_planning_error_surfaces_at_its_step() -> None:
     planner = _GatedPlanner(4, fail_at=2)
-    with AsyncPlanner(planner, 4, look_ahead=True, clock=planner.clock) as plans:
+    with AsyncPlanner(planner, RunSteps(0, 4), look_ahead=True, clock=planner.clock) as plans:
         plans.get(0)
         plans.get(1)
         with pytest.raises(ValueError, match="sample 3 of step 2 does not fit"):
@@ -97,6 +98,6 @@ def test_planning_error_surfaces_at_its_step() -> None:
 
 
 def test_step_outside_the_run_is_rejected() -> None:
-    with AsyncPlanner(_GatedPlanner(2), 2, look_ahead=False) as plans:
-        with pytest.raises(ValueError, match="step 2 is outside 0..1"):
+    with AsyncPlanner(_GatedPlanner(2), RunSteps(0, 2), look_ahead=False) as plans:
+        with pytest.raises(ValueError, match="step 2 is outside the run's steps 0..1"):
             plans.get(2)

@@ -93,9 +93,10 @@ def test_round_bookkeeping_errors() -> None:
     with pytest.raises(FCPRuntimeError, match="no plan source"):
         runtime.begin_step()
     plan = make_plan([[((0,), "ring", (0,))], [((0,), "ring", (1,))]], num_ranks=1)
-    runtime.set_plan_source(lambda: plan)
+    runtime.set_plan_source(lambda step: plan, first_step=3)
     with pytest.raises(FCPRuntimeError, match="outside the FCP driver"):
         runtime.current_round
+    assert runtime.step == 3
     assert len(runtime.begin_step()) == 2
     with pytest.raises(FCPRuntimeError, match="still running"):
         runtime.begin_step()
@@ -201,7 +202,7 @@ def test_driver_runs_one_micro_batch_per_round_and_recovers_from_errors() -> Non
         make_plan([[((0,), "ring", (0, 1))]], num_ranks=1),
         make_plan([[((0,), "ring", (0,))]], num_ranks=1),
     ])
-    runtime.set_plan_source(lambda: next(plans))
+    runtime.set_plan_source(lambda step: next(plans))
     seen: list[tuple[int, ...]] = []
 
     def schedule(*, forward_step_func: Any, num_microbatches: int, **kwargs: Any) -> int:
@@ -281,11 +282,14 @@ class _RecordingSource:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.measured: list[list[list[float]]] = []
+        self.steps: list[int] = []
 
-    def __call__(self) -> Plan:
+    def __call__(self, step: int) -> Plan:
+        self.steps.append(step)
         return self.plan
 
-    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
+    def record_measured(self, step: int, measured_group_ms: list[list[float]]) -> None:
+        assert step == self.steps[-1], "the times are of the step handed out last"
         self.measured.append(measured_group_ms)
 
 

@@ -13,7 +13,7 @@ from mindspeed_mm.core.fcp.sandbox.text_dataset import SyntheticDataset
 from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown_distributed
 from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model, get_fcp_gpt_layer_spec
 from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention, text_sample_token_losses
 from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
 
 MODEL = ModelConfig(
@@ -77,16 +77,7 @@ def test_packed_forward_backward_matches_documents_one_by_one(one_rank: None) ->
 
     reference_losses = []
     for sample in samples:
-        positions = torch.arange(sample.length)
-        losses = reference_model(
-            sample.tokens[None],
-            positions[None],
-            None,
-            labels=sample.labels[None],
-            packed_seq_params=FCPPackedSeqParams(
-                cu_seqlens=torch.tensor([0, sample.length]), position_ids=positions
-            ),
-        ).reshape(-1)
+        losses = text_sample_token_losses(reference_model, sample)
         (losses * sample.loss_mask).sum().backward()
         reference_losses.append(losses)
     torch.testing.assert_close(packed_losses, torch.cat(reference_losses))

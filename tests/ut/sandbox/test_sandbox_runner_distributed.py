@@ -15,9 +15,10 @@ from mindspeed_mm.core.fcp.sandbox.text_dataset import Sample, build_dataset
 from mindspeed_mm.core.fcp.sandbox.grad_sync import allreduce_gradients
 from mindspeed_mm.core.fcp.parallel import CommGroupPool
 from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model
-from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.core.fcp.runtime.plan_check import PlanMismatchError, check_plan_agreement, check_plan_executable
-from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.reference_training import (
+    ReferenceCoreAttention, backward_batch, text_sample_token_losses,
+)
 from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
 from mindspeed_mm.core.fcp.sandbox.round_runner import RoundRunner
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
@@ -120,35 +121,12 @@ def _worker(rank: int, world_size: int) -> dict:
     result["tiny"] = _tiny_group_step(model, CommGroupPool(), rank)
     if rank == 0:
         reference = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
-        total = 0.0
-        normaliser = sampler.batch_loss_tokens(0)
-        for index in sampler.batch_indices(0):
-            sample = dataset[index]
-            positions = torch.arange(sample.length)
-            losses = reference(
-                sample.tokens[None],
-                positions[None],
-                None,
-                labels=sample.labels[None],
-                packed_seq_params=FCPPackedSeqParams(
-                    cu_seqlens=torch.tensor([0, sample.length]), position_ids=positions
-                ),
-            ).reshape(-1)
-            sample_loss = (losses * sample.loss_mask).sum()
-            (sample_loss / normaliser).backward()
-            total += float(sample_loss)
-        result["reference_loss"] = total / normaliser
+        result["reference_loss"] = backward_batch(
+            lambda index: (text_sample_token_losses(reference, dataset[index]) * dataset[index].loss_mask).sum(),
+            sampler.batch_indices(0), sampler.batch_loss_tokens(0))
         result["reference_grads"] = {name: p.grad.clone() for name, p in reference.named_parameters()}
         reference.zero_grad(set_to_none=True)
-        tiny_losses = reference(
-            TINY.tokens[None],
-            torch.arange(TINY.length)[None],
-            None,
-            labels=TINY.labels[None],
-            packed_seq_params=FCPPackedSeqParams(
-                cu_seqlens=torch.tensor([0, TINY.length]), position_ids=torch.arange(TINY.length)
-            ),
-        ).reshape(-1)
+        tiny_losses = text_sample_token_losses(reference, TINY)
         tiny_losses.sum().backward()
         result["tiny_reference"] = (
             float(tiny_losses.sum()),

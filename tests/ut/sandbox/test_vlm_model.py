@@ -13,7 +13,6 @@ from mindspeed_mm.core.fcp.sandbox.distributed import init_distributed, shutdown
 from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoCaptionDataset
 from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch
-from mindspeed_mm.core.fcp.sandbox.vision.exchange import exchange_vision_tokens
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_model import build_vlm_model
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_reference import sample_token_losses
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_batch import build_vlm_shard_batch
@@ -60,12 +59,11 @@ def test_vision_attention_stays_inside_each_frame_group(one_rank: None, dataset:
 def _packed_round(model: torch.nn.Module, dataset: VideoCaptionDataset, indices: list[int]) -> torch.Tensor:
     """Masked token losses of the samples packed into one degree-1 round (the FCP path, no group)."""
     batch = build_vlm_shard_batch([dataset[i] for i in indices], rank_in_group=0, degree=1, group=None, algo="ring")
-    units = batch.encoded_units
-    frames = FrameBatch.from_frame_groups(
-        [dataset.frame_group(u.sample_index, u.group) for u in units], [dataset.layout(u.sample_index) for u in units]
-    )
-    vision_tokens = exchange_vision_tokens(model.encode(frames), batch.routing, None)
-    losses = model(batch.tokens, batch.labels, vision_tokens, batch.routing.recv_positions, batch.packed_seq_params)
+    pixels = torch.cat([dataset.frame_group(i, g) for i in indices for g in range(dataset.layout(i).frame_groups)])
+    grids = torch.stack([item.grid for item in batch.media.items])
+    rows = model.encode(FrameBatch.from_grids(pixels, grids, VISION.spatial_merge_size))
+    vision_tokens = rows[batch.needed_rows[0]]
+    losses = model(batch.tokens, batch.labels, vision_tokens, batch.vision_positions, batch.packed_seq_params)
     return losses.reshape(-1) * batch.loss_mask
 
 

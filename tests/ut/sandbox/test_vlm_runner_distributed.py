@@ -1,7 +1,7 @@
 """VLM round runner on 4 gloo ranks with a hand-made plan (groups of 3 + 1, then 2 + 2, ring and
 Ulysses): the step's loss and all-reduced gradients (vision encoder and decoder) equal the
-single-process reference; each rank encodes exactly the frame groups assigned to it (patches counted
-at the encoder's input) and no frame group is encoded twice; a rank with nothing to encode still
+single-process reference; each rank encodes exactly the frame groups the product's split assigns it (patches
+counted at the encoder's input) and no frame group is encoded twice; a rank with nothing to encode still
 takes part in the exchange."""
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import torch
 from distributed_utils import run_distributed, whole_world_runtime
 from mindspeed_mm.core.fcp.sandbox.run_config import parse_run_config
 from mindspeed_mm.core.fcp.sandbox.grad_sync import allreduce_gradients
-from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention
+from mindspeed_mm.core.fcp.sandbox.reference_training import ReferenceCoreAttention, backward_batch
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
 from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import build_video_dataset
-from mindspeed_mm.core.fcp.sandbox.vision.frames import split_group_vision
+from mindspeed_mm.core.fcp.runtime.media_pieces import assign_media, media_pieces
+from mindspeed_mm.core.fcp.sandbox.vision.group_media import group_media
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_model import build_vlm_model
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_reference import sample_token_losses
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_runner import VLMRoundRunner
@@ -109,13 +110,8 @@ def _worker(rank: int, world_size: int) -> dict:
     if rank == 0:
         reference = build_vlm_model(config.model, config.vision, config.training.seed,
                                     core_attention=ReferenceCoreAttention)
-        normaliser = sampler.batch_loss_tokens(0)
-        total = 0.0
-        for index in sampler.batch_indices(0):
-            sample_loss = sample_token_losses(reference, dataset, index).sum()
-            (sample_loss / normaliser).backward()
-            total += float(sample_loss)
-        result["reference_loss"] = total / normaliser
+        result["reference_loss"] = backward_batch(lambda index: sample_token_losses(reference, dataset, index).sum(),
+                                                  sampler.batch_indices(0), sampler.batch_loss_tokens(0))
         result["reference_grads"] = {name: p.grad.clone() for name, p in reference.named_parameters()}
         result["layouts"] = [dataset.layout(i) for i in range(6)]
     parallel_state.destroy_model_parallel()
@@ -148,10 +144,13 @@ def test_each_rank_encodes_exactly_its_share(results: list[dict]) -> None:
         expected_round_patches = []
         for round_plan in plan.rounds:
             group = next(g for g in round_plan.groups if rank in g.ranks)
-            work = split_group_vision([layouts[s] for s in group.samples], list(group.samples), group.degree)
+            media = group_media([layouts[s] for s in group.samples], list(group.samples), group.degree)
+            pieces = media_pieces(media.items, group.degree)
+            owners = assign_media([piece.patches for piece in pieces], group.degree)
             mine = group.ranks.index(rank)
-            expected_units += [(u.sample_index, u.group) for u, o in zip(work.units, work.owners) if o == mine]
-            expected_round_patches.append(work.rank_patches[mine])
+            expected_units += [unit for piece, owner in zip(pieces, owners) if owner == mine
+                               for unit in media.frame_groups(*piece.pixel_rows)]
+            expected_round_patches.append(media.member_patches[mine])
         assert result["loaded"] == expected_units, f"rank {rank}"
         assert result["round_patches"] == expected_round_patches, f"rank {rank}"
         # patches counted where they enter the encoder

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from scipy.optimize import nnls
 
 from mindspeed_mm.core.fcp.cost.grid import Grid, fit_quadratic
+from mindspeed_mm.core.fcp.cost.nnls import nnls
 from mindspeed_mm.core.fcp.cost.table_schema import TimeFigures
 
 H200_QWEN3VL8B_FILE = "h200_qwen3vl8b_compute.jsonl"

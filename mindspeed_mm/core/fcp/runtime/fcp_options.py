@@ -17,21 +17,22 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindspeed_mm.core.fcp.cost import ALGOS, CostModel
-from mindspeed_mm.core.fcp.cost.model import HYBRID
 from mindspeed_mm.core.fcp.cost.builder import build_cost_model
-from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
 from mindspeed_mm.core.fcp.cost.communicator_memory import framework_communicators
+from mindspeed_mm.core.fcp.cost.model import HYBRID
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
-from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
-from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
-from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
 from mindspeed_mm.core.fcp.solver import SolverConfig
 from mindspeed_mm.core.fcp.solver.communicators import default_budget, group_catalogue
 from mindspeed_mm.core.fcp.solver.plan import AUTO, LOCKSTEP
 from mindspeed_mm_fcp.options import FCP_OPTIONS, OPTIONS_BY_DEST, coerce_option
+
+if TYPE_CHECKING:  # the training side imports torch; the planning commands (`fcp plan`) import none of it
+    from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+    from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
+    from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
 
 def _option(dest: str) -> Any:
     """A field for the option `dest`: default from the options table; `key` (the YAML key) in its metadata."""
@@ -142,25 +143,32 @@ class FCPOptions:
                                                                          step_semantics=step_semantics),
                             static_cp_degree=static_cp_degree)
 
-    def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], num_steps: int, *,
+    def plan_source(self, planner: BatchPlanner, batch_lengths: Callable[[int], Sequence[int]], steps: "RunSteps", *,
                     batch_patches: Callable[[int], Sequence[int] | None] | None = None,
-                    log: logging.Logger | None = None, first_step: int = 0,
-                    calibration: Mapping[str, Any] | None = None) -> StepPlanSource:
-        """The per-step plan source: look-ahead planning, plan logging and recalibration as these options say.
+                    log: logging.Logger | None = None,
+                    calibration: Mapping[str, Any] | None = None) -> "StepPlanSource":
+        """The plan source of the run's `steps`: look-ahead planning, plan logging and recalibration as these
+        options say.
 
         `calibration`: the recalibrator's state saved by the run this one resumes (`StepRecalibrator.to_json`)."""
+        from mindspeed_mm.core.fcp.cost.calibration import CalibrationSettings
+        from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+        from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
+
         recalibrator = None
         if self.recalibrate:
             recalibrator = StepRecalibrator(planner.cost, CalibrationSettings(smoothing=self.recalibration_smoothing))
             if calibration is not None:
                 recalibrator.restore(calibration)
-        return StepPlanSource(planner, batch_lengths, num_steps, async_planning=self.async_planning,
+        return StepPlanSource(planner, batch_lengths, steps, async_planning=self.async_planning,
                               log_plan=self.log_plan, recalibrator=recalibrator, batch_patches=batch_patches,
-                              logger=log, first_step=first_step)
+                              logger=log)
 
-    def runtime_settings(self, *, step_semantics: str = LOCKSTEP, expert_parallel: int = 1) -> FCPRuntimeSettings:
+    def runtime_settings(self, *, step_semantics: str = LOCKSTEP, expert_parallel: int = 1) -> "FCPRuntimeSettings":
         """What the step runtime needs (its catalogue of groups is the planner's of `step_semantics`, with the
         hybrid split of the cost source's heads and nodes)."""
+        from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRuntimeSettings
+
         return FCPRuntimeSettings(group_pool=self.group_pool, max_degree=self.max_degree,
                                   communicator_budget=self.communicator_budget or AUTO, algos=self.algos,
                                   plane_group=step_semantics == LOCKSTEP, comm_timeout_s=self.comm_timeout_s,

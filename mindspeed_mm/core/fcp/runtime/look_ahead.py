@@ -6,6 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.solver import Plan
 
 
@@ -22,39 +23,36 @@ class PlannedStep:
 
 
 class AsyncPlanner:
-    """Hands out the plans of steps `first_step`, `first_step + 1`, ... in order; with `look_ahead`, the next step
-    is planned in the background once `ready(step)` says its inputs are known.
+    """Hands out the plans of the run's steps in order; with `look_ahead`, the next step is planned in the
+    background once `ready(step)` says its inputs are known.
 
     `plan_step(step)` must be deterministic: all ranks call it for the same steps. An error raised
     while planning a step reaches the training thread when that step's plan is requested.
     """
 
-    def __init__(self, plan_step: Callable[[int], Plan], num_steps: int, *, look_ahead: bool,
-                 first_step: int = 0, ready: Callable[[int], bool] = lambda step: True,
+    def __init__(self, plan_step: Callable[[int], Plan], steps: RunSteps, *, look_ahead: bool,
+                 ready: Callable[[int], bool] = lambda step: True,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        if num_steps <= 0:
-            raise ValueError(f"num_steps must be positive, got {num_steps}")
         self._plan_step = plan_step
-        self._first_step = first_step
-        self._end_step = first_step + num_steps
+        self.steps = steps
         self._ready = ready
         self._look_ahead = look_ahead
         self._clock = clock  # seconds; the training thread's wait for a plan is read on it
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fcp-planner") if look_ahead else None
         self._pending: dict[int, Future[Plan]] = {}
-        self._next = first_step
+        self._next = steps.first
+        """The step after the last one handed out (planned next with look-ahead)."""
         if self._executor is not None:
-            self._submit(first_step)
+            self._submit(steps.first)
 
     def _submit(self, step: int) -> None:
         assert self._executor is not None
-        if step < self._end_step and step not in self._pending and self._ready(step):
+        if step in self.steps and step not in self._pending and self._ready(step):
             self._pending[step] = self._executor.submit(self._plan_step, step)
 
     def get(self, step: int) -> PlannedStep:
         """The plan of `step`; in look-ahead mode this also starts planning `step + 1` (when it can be)."""
-        if not self._first_step <= step < self._end_step:
-            raise ValueError(f"step {step} is outside {self._first_step}..{self._end_step - 1}")
+        self.steps.check(step)
         started = self._clock()
         self._next = step + 1
         future = None

@@ -21,6 +21,7 @@ from mindspeed_mm.core.fcp.runtime.look_ahead import AsyncPlanner, PlannedStep
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator, calibration_line
 from mindspeed_mm.core.fcp.runtime.plan_check import check_plan_agreement, check_plan_executable
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.solver.step_time import step_ms
 
@@ -28,26 +29,24 @@ _logger = logging.getLogger(__name__)
 
 
 class StepPlanSource:
-    """The plans of steps `first_step`, `first_step + 1`, ... (in order) from the global batches' token lengths;
-    one step ahead with `async_planning` (once the step's inputs are known: `can_plan`). With a recalibrator, `record_measured(step, ...)` takes a step's measured group times
-    and later plans use the corrected cost model. With `log_plan`, every plan handed out and every step's
-    calibration is logged on `logger`.
+    """The plans of the run's steps (in order) from the global batches' token lengths; one step ahead with
+    `async_planning` (once the step's inputs are known: `can_plan`). With a recalibrator,
+    `record_measured(step, ...)` takes a step's measured group times and later plans use the corrected cost model.
+    With `log_plan`, every plan handed out and every step's calibration is logged on `logger`.
     """
 
     def __init__(
         self,
         planner: BatchPlanner,
         batch_lengths: Callable[[int], Sequence[int]],
-        num_steps: int,
+        steps: RunSteps,
         *,
         async_planning: bool,
         log_plan: bool = False,
         recalibrator: StepRecalibrator | None = None,
         batch_patches: Callable[[int], Sequence[int] | None] | None = None,
         logger: logging.Logger | None = None,
-        first_step: int = 0,
     ) -> None:
-        """Steps are numbered `first_step` .. `first_step + num_steps - 1` (a resumed run starts past 0)."""
         self.planner = planner
         self.batch_lengths = batch_lengths
         self.batch_patches = batch_patches
@@ -55,11 +54,8 @@ class StepPlanSource:
         self.log_plan = log_plan
         self.recalibrator = recalibrator
         self.logger = logger or _logger
-        self.first_step = first_step
-        self.last_step = first_step + num_steps - 1
-        """The run's last step."""
-        self._planner = AsyncPlanner(self._plan, num_steps, look_ahead=async_planning, first_step=first_step,
-                                     ready=self.can_plan)
+        self.steps = steps
+        self._planner = AsyncPlanner(self._plan, steps, look_ahead=async_planning, ready=self.can_plan)
         self._handed: dict[int, Plan] = {}
         """Plans handed out and not yet measured (recalibration reads each step's plan back)."""
 
@@ -76,7 +72,7 @@ class StepPlanSource:
     def can_plan(self, step: int) -> bool:
         """Whether `step` is one of the run's and can be planned now (with recalibration: the times it is planned
         with are known)."""
-        if not self.first_step <= step <= self.last_step:
+        if step not in self.steps:
             return False
         return self.recalibrator is None or self.recalibrator.can_plan(step)
 

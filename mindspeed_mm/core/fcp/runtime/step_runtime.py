@@ -183,16 +183,16 @@ class FCPRuntimeSettings:
                                self.algos, self.plane_group, self.hybrid_block)
 
 
-PlanSource = Callable[[], Plan]
-"""Gives the plan of the next training step; called once per step on every rank, in step order."""
+PlanSource = Callable[[int], Plan]
+"""Gives the plan of a training step (zero-based); called once per step on every rank, in step order."""
 
 
 @runtime_checkable
 class MeasuringPlanSource(Protocol):
-    """A plan source that also learns how long the groups of its last plan took (e.g. to recalibrate)."""
+    """A plan source that also learns how long the groups of a step's plan took (e.g. to recalibrate)."""
 
-    def __call__(self) -> Plan:
-        """The plan of the next training step."""
+    def __call__(self, step: int) -> Plan:
+        """The plan of training step `step`."""
         ...
 
     @property
@@ -200,8 +200,8 @@ class MeasuringPlanSource(Protocol):
         """Whether the runtime should time the rounds (a device synchronisation per round, one all-reduce per step)."""
         ...
 
-    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
-        """Receives the time of every group of the last plan's rounds (the same on every rank)."""
+    def record_measured(self, step: int, measured_group_ms: list[list[float]]) -> None:
+        """Receives the time of every group of the rounds of step `step`'s plan (the same on every rank)."""
         ...
 
 
@@ -219,7 +219,7 @@ class FCPRuntime:
         self._next_round = 0
         self._plan: Plan | None = None
         self._round_starts: list[float] | None = None
-        self._steps_done = 0
+        self._step = 0
 
     # ------------------------------------------------------------------ start-up
     def set_layout(self, layout: FCPRankLayout) -> None:
@@ -257,9 +257,16 @@ class FCPRuntime:
             )
         return self.layout
 
-    def set_plan_source(self, source: PlanSource) -> None:
-        """Registers what plans each step (the plan-aware sampler of the data loader)."""
+    def set_plan_source(self, source: PlanSource, first_step: int = 0) -> None:
+        """Registers what plans each step (the plan-aware sampler of the data loader); the next step to run is
+        `first_step` (a resumed run starts past 0)."""
         self.plan_source = source
+        self._step = first_step
+
+    @property
+    def step(self) -> int:
+        """The zero-based step running, or the next to run: the run's one step counter."""
+        return self._step
 
     # ------------------------------------------------------------------ steps
     def begin_step(self, plan: Plan | None = None, *, measure: bool = False) -> list[FCPRound]:
@@ -277,7 +284,7 @@ class FCPRuntime:
                     "data.dataloader_param.sampler_type: FCPBatchSampler in the YAML; other data loaders must "
                     "register one with get_fcp_runtime().set_plan_source(...) before the first training step"
                 )
-            plan = self.plan_source()
+            plan = self.plan_source(self._step)
             measure = measure or self._source_measures()
         rounds = rounds_of_rank(plan, layout)
         try:
@@ -339,8 +346,8 @@ class FCPRuntime:
         ran = self._next_round
         plan, starts = self._plan, self._round_starts
         self.abort_step()
-        self._steps_done += 1
-        step = self._steps_done
+        step = self._step
+        self._step += 1
         if ran != len(rounds):
             raise FCPRuntimeError(f"the step ran {ran} micro-batches but its plan has {len(rounds)} rounds")
         if starts is None or plan is None:
@@ -349,7 +356,7 @@ class FCPRuntime:
         starts.append(self._clock())
         times = self._rank_round_times(plan, starts, step)
         if self._source_measures():
-            self.plan_source.record_measured(measured_group_times(plan, times))
+            self.plan_source.record_measured(step, measured_group_times(plan, times))
         return times
 
     def _rank_round_times(self, plan: Plan, boundaries: list[float], step: int) -> np.ndarray:
@@ -361,7 +368,7 @@ class FCPRuntime:
         times[layout.fcp_rank] = torch.tensor([(b - a) * 1e3 for a, b in zip(boundaries, boundaries[1:])],
                                               dtype=torch.float32)
         times = times.to(collective_device())
-        with communication(f"step {step}", "the measured round times", range(dist.get_world_size()),
+        with communication(f"step {step + 1}", "the measured round times", range(dist.get_world_size()),
                            self.settings.comm_timeout_s):
             dist.all_reduce(times, op=dist.ReduceOp.MAX)
         return times.cpu().numpy().astype(np.float64)

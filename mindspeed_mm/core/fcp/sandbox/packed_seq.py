@@ -1,6 +1,7 @@
 """`PackedSeqParams` extended with what FCP attention needs for one round on one rank."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -35,3 +36,9 @@ class FCPPackedSeqParams(PackedSeqParams):
     def __post_init__(self) -> None:
         if self.qkv_format is None:
             self.qkv_format = "thd"
+
+    def to(self, device: torch.device) -> "FCPPackedSeqParams":
+        """The same parameters (of the same class) with every tensor on `device`."""
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **moved)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
-from mindspeed_mm.core.fcp.runtime.packed_lengths import packed_lengths
+from mindspeed_mm.core.fcp.solver.short_shards import executed_lengths
 from mindspeed_mm.core.fcp.parallel import zigzag_positions, zigzag_shard
 
 CU_SEQLENS_KEY = "cu_seqlens"
@@ -63,7 +63,7 @@ def with_padding_document(batch: Mapping[str, Any], cu_seqlens: torch.Tensor, de
     only to itself and has zero loss weight, so the real tokens' outputs and gradients are unchanged.
     Its tokens are 0 (or `fill[key]`), its position ids count from 0."""
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
-    padded = packed_lengths(lengths, degree)
+    padded = executed_lengths(lengths, degree)
     if len(padded) == len(lengths):
         return dict(batch), cu_seqlens
     if LOSS_MASK_KEY not in batch:

@@ -7,51 +7,27 @@ FCP and static-CP runs must reproduce its losses and final parameters.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from megatron.core.transformer.enums import AttnMaskType
-from megatron.core.transformer.module import MegatronModule
-from megatron.core.transformer.transformer_config import TransformerConfig
 from tqdm import tqdm
 
+from mindspeed_mm.core.fcp.sandbox.core_attention import CoreAttentionSlot
 from mindspeed_mm.core.fcp.sandbox.run_config import RunConfig
-from mindspeed_mm.core.fcp.sandbox.text_dataset import build_dataset
+from mindspeed_mm.core.fcp.sandbox.text_dataset import Sample, build_dataset
 from mindspeed_mm.core.fcp.sandbox.gpt_model import build_gpt_model
 from mindspeed_mm.core.fcp.sandbox.optimizer import build_optimizer
 from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
 from mindspeed_mm.core.fcp.sandbox.results import StepRecord, TrainResult
 
 
-class ReferenceCoreAttention(MegatronModule):
-    """Causal attention over one whole document with torch's SDPA (DotProductAttention's signature)."""
+class ReferenceCoreAttention(CoreAttentionSlot):
+    """Causal attention over one whole document with torch's SDPA."""
 
-    def __init__(
-        self,
-        config: TransformerConfig,
-        layer_number: int,
-        attn_mask_type: AttnMaskType,
-        attention_type: str,
-        attention_dropout: float | None = None,
-        softmax_scale: float | None = None,
-        cp_comm_type: str | None = None,
-    ) -> None:
-        super().__init__(config=config)
-        self.softmax_scale = softmax_scale
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attn_mask_type: AttnMaskType | None = None,
-        attention_bias: torch.Tensor | None = None,
-        packed_seq_params: FCPPackedSeqParams | None = None,
-    ) -> torch.Tensor:
-        """`query [t, heads, d]`, `key/value [t, kv_heads, d]` of one document -> `[t, 1, heads * d]`."""
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               packed_seq_params: FCPPackedSeqParams | None) -> torch.Tensor:
         if packed_seq_params is None or packed_seq_params.cu_seqlens is None or (
             packed_seq_params.cu_seqlens.tolist() != [0, query.shape[0]]
         ):
@@ -62,7 +38,38 @@ class ReferenceCoreAttention(MegatronModule):
         k = key.repeat_interleave(repeat, dim=1).transpose(0, 1)
         v = value.repeat_interleave(repeat, dim=1).transpose(0, 1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
-        return out.transpose(0, 1).reshape(query.shape[0], 1, -1)
+        return out.transpose(0, 1)
+
+
+def text_sample_token_losses(model: torch.nn.Module, sample: Sample) -> torch.Tensor:
+    """`[length]` token losses of `sample` run alone and unsharded (every token's; `sample.loss_mask` says which
+    count)."""
+    positions = torch.arange(sample.length, dtype=torch.int64)
+    token_losses = model(
+        sample.tokens.unsqueeze(0),
+        positions.unsqueeze(0),
+        None,
+        labels=sample.labels.unsqueeze(0),
+        packed_seq_params=FCPPackedSeqParams(
+            cu_seqlens=torch.tensor([0, sample.length], dtype=torch.int64), position_ids=positions
+        ),
+    )
+    return token_losses.reshape(-1)
+
+
+def backward_batch(sample_loss: Callable[[int], torch.Tensor], indices: Sequence[int], normaliser: int) -> float:
+    """Backpropagates each sample's summed token loss (`sample_loss(index)`) divided by the batch's loss tokens,
+    one sample at a time; returns the batch's loss (the sum over `normaliser`)."""
+    loss_sum = 0.0
+    for index in indices:
+        loss = sample_loss(index)
+        (loss / normaliser).backward()
+        loss_sum += float(loss.detach().to(torch.float64))
+    return loss_sum / normaliser
+
+
+def _masked_loss(model: torch.nn.Module, sample: Sample) -> torch.Tensor:
+    return (text_sample_token_losses(model, sample) * sample.loss_mask).sum()
 
 
 def train_reference(config: RunConfig, progress: bool = False) -> tuple[TrainResult, dict[str, torch.Tensor]]:
@@ -73,22 +80,9 @@ def train_reference(config: RunConfig, progress: bool = False) -> tuple[TrainRes
     """
     dataset = build_dataset(config)
     model = build_gpt_model(config.model, config.training.seed, core_attention=ReferenceCoreAttention)
-
-    def sample_loss(index: int) -> torch.Tensor:
-        sample = dataset[index]
-        positions = torch.arange(sample.length, dtype=torch.int64)
-        token_losses = model(
-            sample.tokens.unsqueeze(0),
-            positions.unsqueeze(0),
-            None,
-            labels=sample.labels.unsqueeze(0),
-            packed_seq_params=FCPPackedSeqParams(
-                cu_seqlens=torch.tensor([0, sample.length], dtype=torch.int64), position_ids=positions
-            ),
-        )
-        return (token_losses.reshape(-1) * sample.loss_mask).sum()
-
-    result = run_reference_steps(config, model, dataset.lengths, dataset.loss_tokens, sample_loss, progress=progress)
+    result = run_reference_steps(config, model, dataset.lengths, dataset.loss_tokens,
+                                 lambda index: _masked_loss(model, dataset[index]),
+                                 progress=progress)
     return result, {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
@@ -112,12 +106,7 @@ def run_reference_steps(
         started = time.perf_counter()
         indices = range(step * t.global_batch_size, (step + 1) * t.global_batch_size)
         batch = slice(indices.start, indices.stop)
-        normaliser = int(loss_tokens[batch].sum())
-        loss_sum = 0.0
-        for index in indices:
-            loss = sample_loss(index)
-            (loss / normaliser).backward()
-            loss_sum += float(loss.detach().to(torch.float64))
+        loss = backward_batch(sample_loss, indices, int(loss_tokens[batch].sum()))
         forward_backward_ms = (time.perf_counter() - started) * 1e3
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -125,7 +114,7 @@ def run_reference_steps(
         result.steps.append(
             StepRecord(
                 iteration=step + 1,
-                loss=loss_sum / normaliser,
+                loss=loss,
                 sample_indices=list(indices),
                 lengths=[int(x) for x in lengths[batch]],
                 tokens_trained=[int(x) for x in lengths[batch]],

@@ -40,21 +40,13 @@ class ShardBatch:
 
     def to(self, device: torch.device) -> "ShardBatch":
         """The same batch with the model inputs on `device` (sample ids stay on the CPU)."""
-        params = self.packed_seq_params
         return ShardBatch(
             tokens=self.tokens.to(device),
             labels=self.labels.to(device),
             loss_mask=self.loss_mask.to(device),
             position_ids=self.position_ids.to(device),
             sample_ids=self.sample_ids,
-            packed_seq_params=FCPPackedSeqParams(
-                cu_seqlens=params.cu_seqlens.to(device),
-                position_ids=params.position_ids.to(device),
-                group=params.group,
-                degree=params.degree,
-                algo=params.algo,
-                kernel=params.kernel,
-            ),
+            packed_seq_params=self.packed_seq_params.to(device),
         )
 
 

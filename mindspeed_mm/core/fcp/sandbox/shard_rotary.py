@@ -35,12 +35,16 @@ class ShardRotaryEmbedding(nn.Module):
         **_: Any,
     ) -> torch.Tensor:
         """The shard's position ids; `GPTModel.forward` hands this result straight to `forward`."""
+        return self.shard_position_ids(packed_seq_params, transformer_input.shape[0])
+
+    def shard_position_ids(self, packed_seq_params: FCPPackedSeqParams | None, tokens: int) -> torch.Tensor:
+        """`[tokens]` position ids of the shard's tokens, checked against the decoder input's `tokens`."""
         if not isinstance(packed_seq_params, FCPPackedSeqParams) or packed_seq_params.position_ids is None:
             raise ValueError("ShardRotaryEmbedding needs FCPPackedSeqParams with position_ids")
-        if packed_seq_params.position_ids.numel() != transformer_input.shape[0]:
+        if packed_seq_params.position_ids.numel() != tokens:
             raise ValueError(
                 f"position_ids hold {packed_seq_params.position_ids.numel()} tokens but the decoder input "
-                f"has {transformer_input.shape[0]}"
+                f"has {tokens}"
             )
         return packed_seq_params.position_ids
 

@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 # Tokens follow a fixed affine recurrence most of the time so that the loss can go down.
 _RECURRENCE_MULTIPLIER = 7
 _RECURRENCE_INCREMENT = 3
-_RECURRENCE_PROBABILITY = 0.75
+RECURRENCE_PROBABILITY = 0.75
+"""Share of the tokens that follow the recurrence (`affine_recurrence`)."""
 _SEED_STRIDE = 1_000_003
 LENGTH_BLOCK = 1024
 """Lengths are drawn in blocks of this many samples, each from its own seed, so that sample i's length
@@ -52,7 +53,37 @@ class Sample:
         return int(self.tokens.numel())
 
 
-class SyntheticDataset:
+def affine_recurrence(noise: list[int], follow: list[bool], modulus: int, offset: int = 0) -> list[int]:
+    """Token ids that follow `offset + (7 x previous + 3) % modulus` where `follow` says, else the `noise` id (the
+    first id is noise): contents a model can learn, so that the loss goes down."""
+    ids = [noise[0]]
+    for i in range(1, len(noise)):
+        predicted = offset + (_RECURRENCE_MULTIPLIER * ids[-1] + _RECURRENCE_INCREMENT) % modulus
+        ids.append(predicted if follow[i] else noise[i])
+    return ids
+
+
+class PlannedLengths:
+    """What the planner and the loss normaliser read of a dataset before any sample is loaded."""
+
+    _lengths: np.ndarray
+    _loss_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self._lengths.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Read-only int64 LLM tokens of every sample."""
+        return self._lengths
+
+    @property
+    def loss_tokens(self) -> np.ndarray:
+        """Read-only int64 tokens of every sample that count in the loss (always >= 1)."""
+        return self._loss_tokens
+
+
+class SyntheticDataset(PlannedLengths):
     """`num_samples` samples whose lengths follow the configured workload generator."""
 
     def __init__(self, config: DataConfig, *, num_samples: int, seq_length: int, vocab_size: int, token_seed: int):
@@ -83,19 +114,6 @@ class SyntheticDataset:
         self._vocab_size = vocab_size
         self._token_seed = token_seed
 
-    def __len__(self) -> int:
-        return int(self._lengths.shape[0])
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Read-only int64 token length of every sample."""
-        return self._lengths
-
-    @property
-    def loss_tokens(self) -> np.ndarray:
-        """Read-only int64 number of tokens of every sample that count in the loss (always >= 1)."""
-        return self._loss_tokens
-
     @property
     def vision_patches(self) -> None:
         """Text-only samples have no vision-encoder patches."""
@@ -107,12 +125,8 @@ class SyntheticDataset:
         length = int(self._lengths[index])
         generator = torch.Generator().manual_seed(self._token_seed * _SEED_STRIDE + index)
         noise = torch.randint(self._vocab_size, (length + 1,), generator=generator).tolist()
-        follow = (torch.rand(length + 1, generator=generator) < _RECURRENCE_PROBABILITY).tolist()
-        ids = [noise[0]]
-        for i in range(1, length + 1):
-            predicted = (_RECURRENCE_MULTIPLIER * ids[-1] + _RECURRENCE_INCREMENT) % self._vocab_size
-            ids.append(predicted if follow[i] else noise[i])
-        sequence = torch.tensor(ids, dtype=torch.int64)
+        follow = (torch.rand(length + 1, generator=generator) < RECURRENCE_PROBABILITY).tolist()
+        sequence = torch.tensor(affine_recurrence(noise, follow, self._vocab_size), dtype=torch.int64)
         loss_mask = torch.ones(length, dtype=torch.float32)
         loss_mask[: int(self._prefix_lengths[index])] = 0.0
         return Sample(index=index, tokens=sequence[:-1].clone(), labels=sequence[1:].clone(), loss_mask=loss_mask)

@@ -41,6 +41,7 @@ from mindspeed_mm.core.fcp.sandbox.round_runner import RoundRunner, StepOutput
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRankLayout, FCPRuntime, FCPRuntimeSettings
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler, PlanDataset
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.parallel.device import synchronize
 from mindspeed_mm.core.fcp.parallel.kernels import KernelUnavailableError, check_kernel_option
 from mindspeed_mm.core.fcp.solver import InfeasibleSampleError, Plan
@@ -150,7 +151,7 @@ class Trainer:
         only). Plan logging stays here (rank 0, with the measured round times), so the source logs nothing."""
         options = dataclasses.replace(self.config.fcp, log_plan=False,
                                       recalibrate=self.config.fcp.recalibrate and self.config.is_fcp)
-        return options.plan_source(self.planner, self.sampler.batch_lengths, self.config.training.train_iters,
+        return options.plan_source(self.planner, self.sampler.batch_lengths, RunSteps(0, self.config.training.train_iters),
                                    batch_patches=self.sampler.batch_patches)
 
     def train(self, progress: bool = False) -> TrainResult:

@@ -1,7 +1,8 @@
 """Longest-processing-time assignment with memory: each item, in the given order, goes to the bin
 with the least load among those with room for it (ties: lowest bin index).
 
-Shared by the round spread, the groupings of a round and the static layouts' micro-batches. Bins
+Shared by the round spread, the groupings of a round and the static layouts' micro-batches; `largest_first`
+deals items by size with it (a round's media to the ranks that encode them). Bins
 that all start at one load take the first items one each, in index order, without a heap (each
 item raises its bin above the untouched ones). Then one heap of (load, bin) serves while the least
 loaded bin has room for each item in turn, as it mostly does. From the first item it has no room
@@ -13,6 +14,7 @@ room. Every bin with room for the current item is in the load heap, so the choic
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Sequence
 
@@ -136,3 +138,24 @@ def _while_the_least_loaded_has_room(weights: list[float], sizes: list[int], sta
         append(b)
         heapreplace(by_load, (least + weight * scale[b], b))
     return len(out)
+
+
+def largest_first(sizes: Sequence[int], bins: int,
+                  choose: Callable[[int, Sequence[int]], int] | None = None) -> list[int]:
+    """The bin of each item, the items dealt largest first (ties: lowest index): each to the least loaded bin (ties:
+    lowest index), or to the bin `choose(item, loads)` picks from the bins' loads so far. A bin's load is the sum
+    of its items' sizes. The same on every rank that calls it with the same sizes."""
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    owners = [0] * len(sizes)
+    if choose is None:
+        dealt = least_loaded_assignment(order, sizes, [0] * len(sizes), [0] * bins)
+        assert dealt is not None  # items of no size always find room
+        for item, owner in zip(order, dealt):
+            owners[item] = owner
+        return owners
+    loads = [0] * bins
+    for item in order:
+        owner = choose(item, loads)
+        owners[item] = owner
+        loads[owner] += sizes[item]
+    return owners

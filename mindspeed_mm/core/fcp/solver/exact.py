@@ -28,8 +28,6 @@ from operator import add
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from mindspeed_mm.core.fcp.solver.group_times import GroupTimer
 from mindspeed_mm.core.fcp.solver.hybrid_split import with_hybrid_splits
@@ -111,6 +109,9 @@ def solve_exact(
 
 def _solve_by_rounds(times: np.ndarray, n: int, n_ranks: int, max_rounds: int, time_limit_s: float):
     """Round-partition MILP over exact one-round costs; returns ([(round, mask, degree)], status, bound)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # scipy only where the exact model runs
+    from scipy.sparse import coo_matrix
+
     best, choice = _one_round_costs(times, n, n_ranks)
     rounds = [u for u in range(1, 1 << n) if np.isfinite(best[u])]
     if not rounds:
@@ -217,6 +218,9 @@ def _solve_by_groups(times: np.ndarray, n: int, n_ranks: int, max_rounds: int, t
 
 def _solve_groups_milp(candidates: list, n: int, n_ranks: int, max_rounds: int, time_limit_s: float):
     """Builds and solves the MILP; variables: x (candidates), M (makespans), u (round used)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
     c_count = len(candidates)
     m0, u0 = c_count, c_count + max_rounds
     n_vars = c_count + 2 * max_rounds

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from mindspeed_mm.core.fcp.solver.errors import InvalidPlanError
 from mindspeed_mm.core.fcp.solver.hybrid_split import HYBRID, HybridSplit, communicator_rank_sets
 from mindspeed_mm.core.fcp.solver.placement import placed_node_part
+from mindspeed_mm.core.fcp.solver.short_shards import padding_length
 
 if TYPE_CHECKING:
     from mindspeed_mm.core.fcp.cost import CostModel
@@ -321,9 +322,9 @@ def validate_plan(
     """Raises `InvalidPlanError` unless `plan` is executable for this batch.
 
     Checks: every sample in exactly one group; each round's groups are contiguous rank ranges that
-    cover 0..N-1 exactly once (so degrees sum to N); every group fits in memory and its algo is
-    feasible at its degree (finite predicted time; a hybrid group carries a split whose blocks sit
-    inside nodes where it is placed); round and step times are consistent. With
+    cover 0..N-1 exactly once (so degrees sum to N); every group fits in memory (with the padding document
+    its samples may need, `short_shards`) and its algo is feasible at its degree (finite predicted time; a hybrid
+    group carries a split whose blocks sit inside nodes where it is placed); round and step times are consistent. With
     `priced`, also that no group's predicted time is below the cost model's time of the group where
     it is placed (a group crossing a node pays the inter-node cost): planners' and baselines' plans,
     not hand-written ones.
@@ -357,10 +358,13 @@ def validate_plan(
                 if s in seen:
                     raise InvalidPlanError(f"{where}: sample {s} already planned in round {seen[s]}")
                 seen[s] = r
-            tokens = sum(int(lengths[s]) for s in group.samples)
+            samples = [int(lengths[s]) for s in group.samples]
+            padding = padding_length(samples, group.degree)
+            tokens = sum(samples) + padding
             if cost.min_degree(tokens) > group.degree:
+                padded = f" (with the {padding}-token padding document of its short samples)" if padding else ""
                 raise InvalidPlanError(
-                    f"{where}: {tokens} tokens exceed the memory of {group.degree} ranks "
+                    f"{where}: {tokens} tokens{padded} exceed the memory of {group.degree} ranks "
                     f"({cost.capacity_tokens} tokens per rank)"
                 )
             phased = round_plan.vision_ms is not None

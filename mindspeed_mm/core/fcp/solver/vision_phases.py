@@ -14,7 +14,7 @@ The vision phase of a round (`vision_phase_ms`):
 - each group encoding its own media, split evenly over its members (`fcp train`, upstream's static CP):
   the slowest member, max over groups of vision(P_g / d_g);
 - the media spread over all N ranks of the round (`SolverConfig.vision_over_round`: MindSpeed-MM's Qwen3-VL
-  path, `features_manager/fcp/qwen3vl/vision_split.py`): vision(P / N), plus two small all-gathers that tell
+  path, `core/fcp/runtime/media_exchange.py`): vision(P / N), plus two small all-gathers that tell
   every rank the round's media, plus the exchange of what moves between groups: a rank of a group holding more
   than the round's share P / N sends its excess to ranks of groups holding less (pixels there, feature rows
   back, and with a trainable encoder their gradients), priced as inter-node all-to-alls of the largest per-rank

@@ -1,7 +1,7 @@
 """CPU implementation of the `torch_npu` surface that MindSpeed / MindSpeed-MM's Qwen3-VL path uses.
 
 Test-bed code: it lets the unmodified upstream entry scripts run on a host without Ascend hardware. Operators
-called on that path are implemented with their documented semantics (`_attention.py`, `_ops.py`); `torch.npu`
+called on that path are implemented with their documented semantics (`_attention.py`, `_ops.py`, `_moe.py`); `torch.npu`
 is the host (`npu/`). Importing this package only binds `torch.npu`, as the real one does; the global
 redirections of `torch.cuda` and of device arguments happen in `torch_npu.contrib.transfer_to_npu`.
 Operators that upstream imports but this bed does not implement are loud stubs (NotImplementedError naming
@@ -13,6 +13,9 @@ import torch
 
 from torch_npu import _ops
 from torch_npu._attention import npu_fusion_attention, npu_fusion_attention_grad  # noqa: F401
+from torch_npu._moe import (  # noqa: F401
+    npu_grouped_matmul, npu_moe_token_permute, npu_moe_token_unpermute, npu_swiglu,
+)
 from torch_npu._ops import npu_rms_norm, npu_rotary_mul  # noqa: F401
 from torch_npu import npu  # noqa: E402
 from torch_npu import _C, contrib, profiler, utils  # noqa: F401,E402  (the real package exposes these on import)

@@ -46,7 +46,6 @@ def loud_stub(qualified_name: str):
 # Imported (at module level or by feature code) on some MindSpeed / MindSpeed-MM paths; not implemented here.
 # Names that upstream probes with hasattr() for optional features are deliberately absent.
 STUB_OPS = (
-    "npu_swiglu", "npu_moe_token_permute", "npu_moe_token_unpermute", "npu_grouped_matmul",
     "npu_confusion_transpose", "npu_scaled_masked_softmax", "npu_gelu", "npu_add_rms_norm",
     "npu_dynamic_quant", "npu_quant_matmul", "npu_dynamic_block_quant", "npu_dynamic_mx_quant",
     "npu_all_gather_base_mm", "npu_mm_reduce_scatter_base", "npu_mm_all_reduce_base", "npu_gmm_alltoallv",

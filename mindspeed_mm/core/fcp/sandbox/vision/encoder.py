@@ -30,6 +30,7 @@ from megatron.core.transformer.transformer_block import TransformerBlock
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch import nn
 
+from mindspeed_mm.core.fcp.sandbox.core_attention import CoreAttentionSlot
 from mindspeed_mm.core.fcp.sandbox.run_config import VisionConfig
 from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout, patch_grid_positions
 
@@ -48,39 +49,21 @@ class WindowPackedSeqParams(PackedSeqParams):
             self.qkv_format = "thd"
 
 
-class WindowCoreAttention(MegatronModule):
-    """Full (non-causal) attention inside each window; `DotProductAttention`'s signature."""
+class WindowCoreAttention(CoreAttentionSlot):
+    """Full (non-causal) attention inside each window."""
 
-    def __init__(
-        self,
-        config: TransformerConfig,
-        layer_number: int,
-        attn_mask_type: AttnMaskType,
-        attention_type: str,
-        attention_dropout: float | None = None,
-        softmax_scale: float | None = None,
-        cp_comm_type: str | None = None,
-    ) -> None:
-        super().__init__(config=config)
+    def __init__(self, config: TransformerConfig, layer_number: int, attn_mask_type: AttnMaskType,
+                 attention_type: str, attention_dropout: float | None = None, softmax_scale: float | None = None,
+                 cp_comm_type: str | None = None) -> None:
+        super().__init__(config, layer_number, attn_mask_type, attention_type, attention_dropout, softmax_scale)
         if attn_mask_type != AttnMaskType.no_mask:
             raise ValueError(f"WindowCoreAttention attends fully inside each window, got {attn_mask_type}")
-        self.softmax_scale = softmax_scale
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attn_mask_type: AttnMaskType | None = None,
-        attention_bias: torch.Tensor | None = None,
-        packed_seq_params: WindowPackedSeqParams | None = None,
-    ) -> torch.Tensor:
-        """`query/key/value [patches, heads, d]` -> `[patches, 1, heads * d]`."""
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               packed_seq_params: PackedSeqParams | None) -> torch.Tensor:
+        """`query/key/value [patches, heads, d]` -> `[patches, heads, d]`."""
         if not isinstance(packed_seq_params, WindowPackedSeqParams):
             raise ValueError("WindowCoreAttention needs WindowPackedSeqParams with the attention windows")
-        if attention_mask is not None or attention_bias is not None:
-            raise ValueError("WindowCoreAttention takes its windows from packed_seq_params, not a mask or bias")
         if sum(packed_seq_params.windows) != query.shape[0]:
             raise ValueError(f"windows cover {sum(packed_seq_params.windows)} patches, the batch has {query.shape[0]}")
         outputs = []
@@ -90,8 +73,7 @@ class WindowCoreAttention(MegatronModule):
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), scale=self.softmax_scale
             )
             outputs.append(out.transpose(0, 1))
-        out = torch.cat(outputs)
-        return out.reshape(out.shape[0], 1, -1)
+        return torch.cat(outputs)
 
 
 def vision_rotary_angles(patch_rows: torch.Tensor, patch_cols: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -191,6 +173,20 @@ class FrameBatch:
             patch_rows=torch.cat(rows),
             patch_cols=torch.cat(cols),
         )
+
+    @classmethod
+    def from_grids(cls, patches: torch.Tensor, grids: torch.Tensor, merge: int) -> "FrameBatch":
+        """Frame groups given as `[patches, patch_dim]` pixel patches of media of patch grids `grids` (`[n, 3]`:
+        frame groups, patch rows, patch columns each), merge-window order within each frame group."""
+        windows, rows, cols = [], [], []
+        for frames, height, width in grids.tolist():
+            r, c = patch_grid_positions(height // merge, width // merge, merge)
+            windows += [height * width] * frames
+            rows += [r] * frames
+            cols += [c] * frames
+        if sum(windows) != patches.shape[0]:
+            raise ValueError(f"grids {grids.tolist()} cover {sum(windows)} patches, got {patches.shape[0]}")
+        return cls(patches=patches, windows=tuple(windows), patch_rows=torch.cat(rows), patch_cols=torch.cat(cols))
 
     def to(self, device: torch.device) -> "FrameBatch":
         """The same batch on `device`."""

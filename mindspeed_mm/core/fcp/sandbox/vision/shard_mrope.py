@@ -7,12 +7,11 @@ Qwen3-VL, see `mrope_sections`). A text token has three equal ids, so it gets pl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from torch import nn
 
 from mindspeed_mm.core.fcp.sandbox.packed_seq import FCPPackedSeqParams
+from mindspeed_mm.core.fcp.sandbox.shard_rotary import ShardRotaryEmbedding
 from mindspeed_mm.core.fcp.sandbox.vision.mrope_sections import interleaved_mrope_axes
 
 
@@ -23,49 +22,24 @@ class MRopePackedSeqParams(FCPPackedSeqParams):
     mrope_position_ids: torch.Tensor | None = None
     """`[shard_tokens, 3]` int64 (temporal, height, width) position of each of this rank's tokens."""
 
-    def to(self, device: torch.device) -> "MRopePackedSeqParams":
-        """The same parameters with the tensors on `device`."""
-        return MRopePackedSeqParams(
-            cu_seqlens=self.cu_seqlens.to(device) if self.cu_seqlens is not None else None,
-            position_ids=self.position_ids.to(device) if self.position_ids is not None else None,
-            group=self.group,
-            degree=self.degree,
-            algo=self.algo,
-            kernel=self.kernel,
-            mrope_position_ids=self.mrope_position_ids.to(device) if self.mrope_position_ids is not None else None,
-        )
 
-
-class ShardMRotaryEmbedding(nn.Module):
+class ShardMRotaryEmbedding(ShardRotaryEmbedding):
     """Drop-in replacement for `GPTModel.rotary_pos_emb` that rotates by 3D position ids."""
 
     def __init__(self, kv_channels: int, rotary_base: int, sections: tuple[int, int, int]) -> None:
-        super().__init__()
         if kv_channels != 2 * sum(sections):
             raise ValueError(f"mRoPE sections {sections} must sum to kv_channels / 2 = {kv_channels / 2}")
-        exponents = torch.arange(0, kv_channels, 2, dtype=torch.float32) / kv_channels
-        self.register_buffer("inv_freq", 1.0 / (rotary_base**exponents), persistent=False)
+        super().__init__(kv_channels, rotary_base)
         axes = torch.tensor(interleaved_mrope_axes(sections), dtype=torch.int64)
         self.register_buffer("axes", axes, persistent=False)
 
-    def get_rotary_seq_len(
-        self,
-        inference_context: Any,
-        transformer: Any,
-        transformer_input: torch.Tensor,
-        transformer_config: Any,
-        packed_seq_params: MRopePackedSeqParams | None,
-        **_: Any,
-    ) -> torch.Tensor:
-        """The shard's 3D position ids; `GPTModel.forward` hands this result straight to `forward`."""
+    def shard_position_ids(self, packed_seq_params: FCPPackedSeqParams | None, tokens: int) -> torch.Tensor:
+        """`[tokens, 3]` 3D position ids of the shard's tokens."""
         if not isinstance(packed_seq_params, MRopePackedSeqParams) or packed_seq_params.mrope_position_ids is None:
             raise ValueError("ShardMRotaryEmbedding needs MRopePackedSeqParams with mrope_position_ids")
         ids = packed_seq_params.mrope_position_ids
-        if ids.dim() != 2 or ids.shape != (transformer_input.shape[0], 3):
-            raise ValueError(
-                f"mrope_position_ids must be [{transformer_input.shape[0]}, 3] for the decoder input, "
-                f"got {list(ids.shape)}"
-            )
+        if ids.dim() != 2 or ids.shape != (tokens, 3):
+            raise ValueError(f"mrope_position_ids must be [{tokens}, 3] for the decoder input, got {list(ids.shape)}")
         return ids
 
     def forward(self, mrope_position_ids: torch.Tensor, packed_seq: bool = False) -> torch.Tensor:

@@ -18,7 +18,9 @@ import numpy as np
 import torch
 
 from mindspeed_mm.core.fcp.sandbox.run_config import DataConfig, RunConfig, VideoDataConfig, VisionConfig
-from mindspeed_mm.core.fcp.sandbox.text_dataset import LENGTH_BLOCK, Sample, block_seed
+from mindspeed_mm.core.fcp.sandbox.text_dataset import (
+    LENGTH_BLOCK, RECURRENCE_PROBABILITY, PlannedLengths, Sample, affine_recurrence, block_seed,
+)
 from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout, mrope_position_ids
 from mindspeed_mm.core.fcp.simulate.workloads import (
     FRAMES_PER_TEMPORAL_PATCH,
@@ -31,10 +33,6 @@ logger = logging.getLogger(__name__)
 
 VISION_TOKEN_ID = 0
 """Input id of a vision token (its embedding is replaced by the encoder's); text ids are 1..vocab-1."""
-# Caption ids follow a fixed affine recurrence most of the time so that the loss can go down.
-_RECURRENCE_MULTIPLIER = 7
-_RECURRENCE_INCREMENT = 3
-_RECURRENCE_PROBABILITY = 0.75
 
 
 @dataclass(frozen=True)
@@ -126,7 +124,7 @@ def video_layouts(
     )
 
 
-class VideoCaptionDataset:
+class VideoCaptionDataset(PlannedLengths):
     """`num_samples` video-caption samples shaped by the configured workload generator."""
 
     def __init__(
@@ -159,19 +157,6 @@ class VideoCaptionDataset:
         self._vocab_size = vocab_size
         self._token_seed = token_seed
 
-    def __len__(self) -> int:
-        return len(self._layouts)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Read-only int64 LLM tokens of every sample."""
-        return self._lengths
-
-    @property
-    def loss_tokens(self) -> np.ndarray:
-        """Read-only int64 tokens of every sample that count in the loss (caption + closing token)."""
-        return self._loss_tokens
-
     @property
     def vision_patches(self) -> np.ndarray:
         """Read-only int64 vision-encoder patches of every sample (what the planner's vision term needs)."""
@@ -189,11 +174,8 @@ class VideoCaptionDataset:
         prompt = 1 + torch.randint(text_ids, (layout.prompt_tokens,), generator=generator)
         # The caption plus one closing token, the last label.
         noise = (1 + torch.randint(text_ids, (layout.caption_tokens + 1,), generator=generator)).tolist()
-        follow = (torch.rand(layout.caption_tokens + 1, generator=generator) < _RECURRENCE_PROBABILITY).tolist()
-        caption = [noise[0]]
-        for i in range(1, layout.caption_tokens + 1):
-            predicted = 1 + (_RECURRENCE_MULTIPLIER * caption[-1] + _RECURRENCE_INCREMENT) % text_ids
-            caption.append(predicted if follow[i] else noise[i])
+        follow = (torch.rand(layout.caption_tokens + 1, generator=generator) < RECURRENCE_PROBABILITY).tolist()
+        caption = affine_recurrence(noise, follow, text_ids, offset=1)
         vision = torch.full((layout.vision_tokens,), VISION_TOKEN_ID, dtype=torch.int64)
         sequence = torch.cat([prompt, vision, torch.tensor(caption, dtype=torch.int64)])
         loss_mask = torch.zeros(layout.length, dtype=torch.float32)

@@ -1,7 +1,7 @@
-"""Vision encoder work per rank of a plan when each group splits its frame groups over its ranks.
+"""Vision encoder work per rank of a plan when each group splits its videos over its ranks.
 
-Metadata only (no model, no communication): the same split the VLM runner executes, so the figures
-are those a run of the plan would show. `replicated` gives, for comparison, what each rank would
+Metadata only (no model, no communication): the product's split the VLM runner executes (`group_media`), so the
+figures are those a run of the plan would show. `replicated` gives, for comparison, what each rank would
 encode if every rank of a group ran the encoder over all of the group's frames.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mindspeed_mm.core.fcp.sandbox.vision.frames import split_group_vision
+from mindspeed_mm.core.fcp.sandbox.vision.group_media import group_media
 from mindspeed_mm.core.fcp.sandbox.vision.layout import VideoSampleLayout
 from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.solver.plan import IDLE
@@ -61,8 +61,7 @@ def plan_vision_balance(plan: Plan, layouts: Sequence[VideoSampleLayout]) -> Vis
         for group in round_plan.groups:
             if group.algo == IDLE:
                 continue
-            work = split_group_vision([layouts[s] for s in group.samples], list(group.samples), group.degree)
-            loads = work.rank_patches
+            loads = group_media([layouts[s] for s in group.samples], list(group.samples), group.degree).member_patches
             rank_patches[r, list(group.ranks)] = loads
             replicated[r, list(group.ranks)] = sum(loads)
             if group.degree > 1:

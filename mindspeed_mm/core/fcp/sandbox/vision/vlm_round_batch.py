@@ -1,18 +1,18 @@
-"""One rank's input for one VLM round: its zigzag shard, its frame groups and its vision-token exchange."""
+"""One rank's input for one VLM round: its zigzag shard and its group's media (which member encodes what, and where
+the rows go, is the product's split and exchange)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from mindspeed_mm.core.fcp.parallel import AttentionGroup
+from mindspeed_mm.core.fcp.parallel import AttentionGroup, zigzag_shard
 from mindspeed_mm.core.fcp.sandbox.round_batch import build_shard_batch
-from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoSample
-from mindspeed_mm.core.fcp.sandbox.vision.exchange import VisionRouting, vision_routing
-from mindspeed_mm.core.fcp.sandbox.vision.frames import FrameUnit, split_group_vision
+from mindspeed_mm.core.fcp.sandbox.vision.group_media import GroupMedia, group_media
 from mindspeed_mm.core.fcp.sandbox.vision.shard_mrope import MRopePackedSeqParams
-from mindspeed_mm.core.fcp.parallel import zigzag_shard
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoSample
 
 
 @dataclass(frozen=True)
@@ -29,19 +29,20 @@ class VLMShardBatch:
     """`[t]` int64 dataset index of the sample each token belongs to."""
     packed_seq_params: MRopePackedSeqParams
     """Group, algorithm, packed layout and the shard's 3D position ids."""
-    units: tuple[FrameUnit, ...]
-    """Every frame group of the group's packed batch."""
-    owners: tuple[int, ...]
-    """Group rank that encodes each of `units`."""
-    routing: VisionRouting
-    """Where this rank's encoded tokens go and where the received ones land."""
+    media: GroupMedia
+    """The group's videos."""
     rank_in_group: int
     """This rank's index in the group."""
 
     @property
-    def encoded_units(self) -> tuple[FrameUnit, ...]:
-        """The frame groups this rank encodes, in packed order (the order of its encoder output)."""
-        return tuple(u for u, owner in zip(self.units, self.owners) if owner == self.rank_in_group)
+    def needed_rows(self) -> list[torch.Tensor]:
+        """Per member, the group's feature rows its shard needs (what the exchange delivers it)."""
+        return [self.media.needed_rows(member) for member in range(self.media.zigzag.degree)]
+
+    @property
+    def vision_positions(self) -> torch.Tensor:
+        """Shard-local rows of this rank's vision tokens, in the order of its received feature rows."""
+        return self.media.vision_positions(self.rank_in_group)
 
 
 def build_vlm_shard_batch(
@@ -67,8 +68,8 @@ def build_vlm_shard_batch(
     if padding:
         mrope.append(torch.arange(padding, dtype=torch.int64).unsqueeze(1).expand(-1, 3))
 
-    # Packs exactly as build_shard_batch does (same padding rule), so units index the same packed batch.
-    work = split_group_vision([s.layout for s in samples], [s.index for s in samples], degree)
+    # Packs exactly as build_shard_batch does (same padding rule), so the feature rows index the same batch.
+    media = group_media([s.layout for s in samples], [s.index for s in samples], degree)
     params = text.packed_seq_params
     return VLMShardBatch(
         tokens=text.tokens,
@@ -76,16 +77,9 @@ def build_vlm_shard_batch(
         loss_mask=text.loss_mask,
         sample_ids=text.sample_ids,
         packed_seq_params=MRopePackedSeqParams(
-            cu_seqlens=params.cu_seqlens,
-            position_ids=params.position_ids,
-            group=params.group,
-            degree=params.degree,
-            algo=params.algo,
-            kernel=params.kernel,
+            **{f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.init},
             mrope_position_ids=zigzag_shard(torch.cat(mrope), cu_seqlens, rank_in_group, degree),
         ),
-        units=work.units,
-        owners=work.owners,
-        routing=vision_routing(work.units, work.owners, work.zigzag, work.holders, rank_in_group),
+        media=media,
         rank_in_group=rank_in_group,
     )

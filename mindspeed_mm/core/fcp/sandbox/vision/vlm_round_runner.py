@@ -1,15 +1,16 @@
-"""Round runner of the VLM: each rank encodes its share of the group's frame groups, then the exchange
-hands every rank the merged vision tokens of its zigzag shard before the decoder runs."""
+"""Round runner of the VLM: the group's videos are split over its ranks and exchanged by the product's machinery
+(`core/fcp/runtime/media_exchange`), each rank loading only the frame groups it encodes, then every rank's decoder
+runs on its zigzag shard with the vision tokens of that shard in place."""
 from __future__ import annotations
 
 import torch
 
-from mindspeed_mm.core.fcp.sandbox.round_runner import RoundForward, RoundRunner
+from mindspeed_mm.core.fcp.runtime.media_exchange import VisionTower, encode_all, encode_media_in_group
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRound, FCPRuntime
+from mindspeed_mm.core.fcp.sandbox.round_runner import RoundForward, RoundRunner
 from mindspeed_mm.core.fcp.sandbox.sampler import PlanAwareSampler
-from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoCaptionDataset, VideoSample
 from mindspeed_mm.core.fcp.sandbox.vision.encoder import FrameBatch
-from mindspeed_mm.core.fcp.sandbox.vision.exchange import exchange_vision_tokens
+from mindspeed_mm.core.fcp.sandbox.vision.video_dataset import VideoCaptionDataset, VideoSample
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_model import VisionLanguageModel
 from mindspeed_mm.core.fcp.sandbox.vision.vlm_round_batch import VLMShardBatch, build_vlm_shard_batch
 
@@ -45,14 +46,14 @@ class VLMRoundRunner(RoundRunner):
             algo=fcp_round.algo,
             kernel=self.runtime.settings.attention_kernel,
         )
-        encoded, patches = self._encode(batch)
-        vision_tokens = exchange_vision_tokens(encoded, batch.routing, process_group)
+        patches: dict[int, int] = {}
+        vision_tokens = self._vision_tokens(batch, process_group, patches)
         params = batch.packed_seq_params.to(self.device)
         token_losses = self.vlm(
             batch.tokens.to(self.device),
             batch.labels.to(self.device),
             vision_tokens,
-            batch.routing.recv_positions.to(self.device),
+            batch.vision_positions.to(self.device),
             params,
         )
         return RoundForward(
@@ -62,17 +63,32 @@ class VLMRoundRunner(RoundRunner):
             vision_patches=patches,
         )
 
-    def _encode(self, batch: VLMShardBatch) -> tuple[torch.Tensor, dict[int, int]]:
-        """This rank's merged vision tokens (packed order) and the patches it encoded, per sample,
-        counted from the frame groups actually loaded."""
-        units = batch.encoded_units
-        if not units:
-            # Still a graph input, so that this rank joins the exchange's backward all-to-all.
-            hidden = self.vlm.decoder.config.hidden_size
-            return torch.zeros(0, hidden, device=self.device, requires_grad=True), {}
-        loaded = [self.videos.frame_group(u.sample_index, u.group) for u in units]
-        patches: dict[int, int] = {}
-        for unit, frame_group in zip(units, loaded):
-            patches[unit.sample_index] = patches.get(unit.sample_index, 0) + frame_group.shape[0]
-        frames = FrameBatch.from_frame_groups(loaded, [self.videos.layout(u.sample_index) for u in units])
-        return self.vlm.encode(frames.to(self.device)), patches
+    def _vision_tokens(self, batch: VLMShardBatch, group: dist.ProcessGroup | None,
+                       patches: dict[int, int]) -> torch.Tensor:
+        """`[vision tokens of this rank's shard, hidden]`, shard order; `patches` receives the patches this rank
+        encoded per sample, counted from the frame groups actually loaded."""
+        media = batch.media
+        merge = self.vlm.vision.vision.spatial_merge_size
+
+        def pixels(start: int, stop: int) -> torch.Tensor:
+            loaded = []
+            for sample, frame_group in media.frame_groups(start, stop):
+                loaded.append(self.videos.frame_group(sample, frame_group))
+                patches[sample] = patches.get(sample, 0) + loaded[-1].shape[0]
+            return torch.cat(loaded).to(self.device)
+
+        def encode(pixel_rows: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+            return self.vlm.encode(FrameBatch.from_grids(pixel_rows, grids, merge).to(self.device))
+
+        def stand_in() -> torch.Tensor:
+            # A rank encoding nothing needs no tower call here (no FSDP); a leaf keeps it in the exchange's backward.
+            return torch.zeros((), device=self.device, requires_grad=True)
+
+        tower = VisionTower(encode=encode, stand_in=stand_in, merge_area=merge * merge,
+                            row_width=self.vlm.decoder.config.hidden_size, pixel_width=self.vlm.vision.vision.patch_dim)
+        if group is None:
+            rows, _ = encode_all(tower, pixels, list(media.items))
+            return rows[batch.needed_rows[0].to(rows.device)]
+        rows, _ = encode_media_in_group(tower, pixels, list(media.items), batch.needed_rows, batch.rank_in_group,
+                                        group)
+        return rows

@@ -4,8 +4,14 @@ The real module redirects CUDA-targeted code to the NPU: `torch.cuda.*` becomes 
 arguments become `npu`, the NCCL backend becomes HCCL. Here the NPU is the host, so: `torch.cuda.*` ->
 `torch.npu.*` (the host device API), device arguments `cuda` / `npu` / bare indices -> `cpu` in tensor factories,
 `Tensor.to` / `.cuda()` / `.npu()` and `Module.to` / `.cuda()` / `.npu()`, the `nccl` / `hccl` backends ->
-`gloo`, HCCL process-group options -> none, `DeviceMesh("npu" | "cuda")` -> a CPU mesh. Importing it applies
-the redirections once.
+`gloo`, HCCL process-group options -> none, `DeviceMesh("npu" | "cuda")` -> a CPU mesh. One kernel difference of
+the host shows through: `torch.histc` of an integer tensor, which CUDA's kernel counts (the result in the input's
+dtype; pytorch issue 38979) and the host's refuses ("histogram_cpu" not implemented for 'Long'), is counted here
+as CUDA does: MindSpeed-MM's fused MoE counts each expert's tokens so on the NPU (int64 expert indices, the counts
+passed on as `npu_grouped_matmul`'s group list). One backend difference too: `all_gather_into_tensor` into the
+stacked output torch documents (`[world, *input shape]`), which NCCL and HCCL take and gloo refuses ("invalid tensor
+size"), is handed to gloo as the concatenation it is in memory (MindSpeed-MM's expert-parallel dispatch gathers each
+rank's expert counts so). Importing it applies the redirections once.
 """
 from __future__ import annotations
 
@@ -158,6 +164,16 @@ def _patch_distributed() -> None:
     dist.init_process_group = dist.distributed_c10d.init_process_group = init_host_process_group
     dist.new_group = dist.distributed_c10d.new_group = new_host_group
 
+    gather_into_tensor = dist.all_gather_into_tensor
+
+    @functools.wraps(gather_into_tensor)
+    def gather_into_stacked_or_flat(output_tensor, input_tensor, group=None, async_op=False):
+        if input_tensor.dim() and output_tensor.dim() == input_tensor.dim() + 1 and output_tensor.is_contiguous():
+            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])  # [world, *shape] -> [world * n, ...]
+        return gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+
+    dist.all_gather_into_tensor = dist.distributed_c10d.all_gather_into_tensor = gather_into_stacked_or_flat
+
     from torch.distributed import device_mesh
 
     mesh_init = device_mesh.DeviceMesh.__init__
@@ -176,6 +192,19 @@ def _patch_distributed() -> None:
     device_mesh.init_device_mesh = dist.init_device_mesh = init_host_device_mesh
 
 
+def _patch_histc() -> None:
+    histc = torch.histc
+
+    @functools.wraps(histc)
+    def accelerator_histc(input, bins=100, min=0, max=0, *, out=None):
+        if input.is_floating_point() or out is not None:
+            return histc(input, bins=bins, min=min, max=max, out=out)
+        counts = histc(input.to(torch.float64), bins=bins, min=min, max=max)
+        return counts.to(input.dtype)
+
+    torch.histc = accelerator_histc
+
+
 def apply() -> None:
     """Apply the redirections (idempotent)."""
     global _applied
@@ -185,6 +214,7 @@ def apply() -> None:
     _patch_cuda_namespace()
     _patch_factories()
     _patch_distributed()
+    _patch_histc()
     LOG.info("cpu_ascend transfer_to_npu: cuda/npu -> host (cpu), nccl/hccl -> gloo")
 
 

@@ -1,9 +1,9 @@
-"""The global batches of a MindSpeed-MM run and their FCP plans, shared by the data loader and the runtime.
+"""The global batches of a run and their FCP plans, shared by the data loader and the step runtime.
 
-The FCP batch sampler and FCP's forward-backward driver both need the plan of a step, at different
-times: the driver when the step starts, the sampler when it hands out the step's samples (which, with
-data-loader workers, can be a few rounds ahead). `StepPlans` plans each step once, in step order, and
-keeps a plan until both have moved past it.
+The round loader and the step runtime both need the plan of a step, at different times: the runtime when the
+step starts, the loader when it hands out the step's samples (which, with data-loader workers, can be a few rounds
+ahead). `StepPlans` plans each step once and keeps a plan until both have moved past it. The steps are the run's
+(`RunSteps`), counted by the runtime (`FCPRuntime.step`) and by the loader, each at its own pace.
 """
 from __future__ import annotations
 
@@ -19,17 +19,16 @@ from mindspeed_mm.core.fcp.parallel.device import collective_device
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.comm_errors import communication
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.solver import Plan
 from mindspeed_mm.core.fcp.solver.communicators import budget_guaranteeing
 from mindspeed_mm.core.fcp.solver.errors import CommunicatorBudgetError, InfeasibleSampleError
-
-from ..runtime import get_fcp_runtime
 
 logger = logging.getLogger(__name__)
 
 
 class FCPDataError(ValueError):
-    """The data of a MindSpeed-MM run cannot be planned by FCP (the message names the sample or the YAML key)."""
+    """The data of a run cannot be planned by FCP (the message names the sample or the YAML key)."""
 
 
 @dataclass(frozen=True)
@@ -95,25 +94,25 @@ def check_budget_holds_the_longest(lengths: Sequence[int], planner: BatchPlanner
 
 
 class StepPlans:
-    """Each step's global batch and plan, planned once and in step order, for two readers."""
+    """Each step's global batch and plan, planned once, for two readers that ask for their steps in order."""
 
     READERS = ("sampler", "runtime")
 
-    def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, first_step: int = 0,
+    def __init__(self, order: GlobalBatchOrder, lengths: Sequence[int], source_factory, steps: RunSteps,
                  patches: Sequence[int] | None = None) -> None:
-        """`source_factory(batch_lengths, batch_patches)` builds the `StepPlanSource` (steps numbered from
-        `first_step`) from functions step -> token lengths and step -> vision patches (None: not priced)."""
+        """`source_factory(batch_lengths, batch_patches)` builds the `StepPlanSource` of `steps` from functions
+        step -> token lengths and step -> vision patches (None: not priced)."""
         self.order = order
         self.lengths = list(lengths)
         self.patches = None if patches is None else list(patches)
         if self.patches is not None and len(self.patches) != len(self.lengths):
             raise FCPDataError(f"{len(self.patches)} vision patch counts for {len(self.lengths)} samples")
-        self.first_step = first_step
+        self.steps = steps
         self.source: StepPlanSource = source_factory(self._batch_lengths,
                                                      None if self.patches is None else self._batch_patches)
         self._plans: dict[int, Plan] = {}
-        self._planned = first_step
-        self._read = dict.fromkeys(self.READERS, first_step)
+        self._oldest_read = dict.fromkeys(self.READERS, steps.first)
+        """Each reader's oldest step still needed: plans before both are dropped."""
         self._lock = threading.Lock()
 
     def _batch_lengths(self, step: int) -> list[int]:
@@ -126,23 +125,22 @@ class StepPlans:
     def plan(self, step: int, reader: str) -> Plan:
         """The plan of `step` for `reader` ("sampler" or "runtime"); a reader asks for its steps in order."""
         with self._lock:
-            if step < self._read[reader]:
-                raise RuntimeError(f"the FCP {reader} asked for step {step + 1} after step {self._read[reader] + 1}")
-            while self._planned <= step:
-                self._plans[self._planned] = self._next_plan(self._planned)
-                self._planned += 1
-            plan = self._plans[step]
-            self._read[reader] = step
-            oldest = min(self._read.values())
+            if step < self._oldest_read[reader]:
+                raise RuntimeError(
+                    f"the FCP {reader} asked for step {step + 1} after step {self._oldest_read[reader] + 1}")
+            if step not in self._plans:  # both readers go in step order: this is the step after the newest
+                self._plans[step] = self._next_plan(step)
+            self._oldest_read[reader] = step
+            oldest = min(self._oldest_read.values())
             for done in [s for s in self._plans if s < oldest]:
                 del self._plans[done]
-            return plan
+            return self._plans[step]
 
     def can_plan(self, step: int) -> bool:
         """Whether the plan of `step` is made, or can be made now."""
         with self._lock:
-            if step < self._planned:
-                return step >= self.first_step
+            if step in self._plans:
+                return True
         return self.source.can_plan(step)
 
     def _next_plan(self, step: int) -> Plan:
@@ -172,25 +170,24 @@ class StepPlans:
 
 
 class RuntimePlanSource:
-    """The runtime's plan source over `StepPlans`: step after step from the run's first step, forwarding measured
-    group times to the underlying source (to recalibrate)."""
+    """The step runtime's plan source over `StepPlans`: every rank checks a step's plan before running it, and
+    measured group times go to the underlying source (to recalibrate)."""
 
-    def __init__(self, plans: StepPlans) -> None:
+    def __init__(self, plans: StepPlans, comm_timeout_s: float | None = None) -> None:
         self.plans = plans
-        self._step = plans.first_step
+        self.comm_timeout_s = comm_timeout_s
+        """Bound of the digest all-gather (`fcp_comm_timeout_s`)."""
 
-    def __call__(self) -> Plan:
-        plan = self.plans.plan(self._step, "runtime")
-        with communication(f"step {self._step + 1}", "the plan digests", range(dist.get_world_size()),
-                           get_fcp_runtime().settings.comm_timeout_s):
-            self.plans.source.check(plan, self._step, device=collective_device())
-        self._step += 1
+    def __call__(self, step: int) -> Plan:
+        plan = self.plans.plan(step, "runtime")
+        with communication(f"step {step + 1}", "the plan digests", range(dist.get_world_size()), self.comm_timeout_s):
+            self.plans.source.check(plan, step, device=collective_device())
         return plan
 
     @property
     def wants_measurements(self) -> bool:
         return self.plans.source.wants_measurements
 
-    def record_measured(self, measured_group_ms: list[list[float]]) -> None:
-        """The measured group times of the step handed out last (to recalibrate)."""
-        self.plans.source.record_measured(self._step - 1, measured_group_ms)
+    def record_measured(self, step: int, measured_group_ms: list[list[float]]) -> None:
+        """The measured group times of `step` (to recalibrate)."""
+        self.plans.source.record_measured(step, measured_group_ms)

@@ -8,18 +8,23 @@ from mindspeed_mm.core.fcp.runtime.look_ahead import PlannedStep
 
 from plan_fakes import make_plan
 from mindspeed_mm.core.fcp.solver.errors import InfeasibleSampleError
-from mindspeed_mm.features_manager.fcp.qwen3vl.data import (
+from mindspeed_mm.core.fcp.runtime.round_loader import FCPRoundLoader
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
+from mindspeed_mm.core.fcp.runtime.step_plans import (
+    FCPDataError, GlobalBatchOrder, StepPlans, check_budget_holds_the_longest,
+)
+from mindspeed_mm.features_manager.fcp.data_loader import (
     PackedGroupCollator,
     check_collated_lengths,
     dataset_token_lengths,
     prepare_sampler_dataloader_wrapper,
     register_training_plans,
 )
-from mindspeed_mm.features_manager.fcp.qwen3vl.round_loader import FCPRoundLoader
-from mindspeed_mm.features_manager.fcp.qwen3vl.step_plans import (
-    FCPDataError, GlobalBatchOrder, StepPlans, check_budget_holds_the_longest,
-)
+from mindspeed_mm.features_manager.fcp.qwen3vl.adapter import QWEN3_VL
 from mindspeed_mm.features_manager.fcp.runtime import FCPRankLayout, FCPRuntime
+
+STEPS = RunSteps(0, 100)
+MEDIA_KEYS = QWEN3_VL.media_keys
 
 
 def upstream_random_batch_order(num_samples: int, consumed: int) -> list[int]:
@@ -80,8 +85,8 @@ class _Source:
 def test_sampler_and_runtime_read_the_same_plans_each_planned_once() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     sources = []
-    plans = StepPlans(order, list(range(10, 18)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1])
-    loader = FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=1), collate=list)
+    plans = StepPlans(order, list(range(10, 18)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1], STEPS)
+    loader = FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=1), collate=lambda indices, degree: list(indices))
     batches = loader.rounds()
     assert [next(batches)[1] for _ in range(6)] == [[0], [1], [2], [3], [4], [5]]  # the sampler runs ahead
     first = plans.plan(0, "runtime")
@@ -101,7 +106,7 @@ def test_the_plans_of_a_resumed_run_start_at_its_first_step() -> None:
         assert batch_patches is None   # no patches given: the vision tower is not priced
         return _Source(batch_lengths)
 
-    plans = StepPlans(order, list(range(100, 108)), factory, first_step=1)
+    plans = StepPlans(order, list(range(100, 108)), factory, RunSteps(1, 10))
     assert lengths_seen == [[104, 105, 106, 107]]
     assert plans.samples(1, [0, 3]) == [4, 7]
 
@@ -110,10 +115,10 @@ def test_the_plans_see_each_batchs_vision_patches() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     sources = []
     StepPlans(order, list(range(8)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1],
-              patches=[0, 16, 0, 64, 4, 0, 0, 256])
+              STEPS, patches=[0, 16, 0, 64, 4, 0, 0, 256])
     assert sources[0].batch_patches(0) == [0, 16, 0, 64] and sources[0].batch_patches(1) == [4, 0, 0, 256]
     with pytest.raises(FCPDataError, match="3 vision patch counts for 8 samples"):
-        StepPlans(order, list(range(8)), _Source, patches=[1, 2, 3])
+        StepPlans(order, list(range(8)), _Source, STEPS, patches=[1, 2, 3])
 
 
 def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> None:
@@ -123,11 +128,11 @@ def test_a_sample_too_long_for_every_group_is_named_by_its_dataset_index() -> No
         def plan(self, step: int) -> PlannedStep:
             raise InfeasibleSampleError(index=2, length=900, capacity_tokens=100, max_degree=4)
 
-    plans = StepPlans(order, [1] * 8, TooLong, first_step=1)
+    plans = StepPlans(order, [1] * 8, TooLong, RunSteps(1, 10))
     with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens.*needs 9 ranks.*at most 4"):
         plans.plan(1, "runtime")
     # With the vision tower priced, the message also names the sample's patches.
-    priced = StepPlans(order, [1] * 8, TooLong, first_step=1, patches=[0, 0, 0, 0, 0, 0, 3600, 0])
+    priced = StepPlans(order, [1] * 8, TooLong, RunSteps(1, 10), patches=[0, 0, 0, 0, 0, 0, 3600, 0])
     with pytest.raises(FCPDataError, match=r"training sample 6 of the dataset \(900 tokens after vision-token "
                                            r"expansion, 3600 vision patches\) does not fit"):
         priced.plan(1, "runtime")
@@ -160,7 +165,7 @@ def test_packing_concatenates_sequences_and_media_and_strips_trailing_padding() 
             batch["image_grid_thw"] = torch.tensor([[1, 2, 2 * n]])
         return batch
 
-    packed = PackedGroupCollator(collate, [3, 5])([{"n": 3, "image": True}, {"n": 5, "image": False}])
+    packed = PackedGroupCollator(collate, [3, 5], MEDIA_KEYS, 0)([{"n": 3, "image": True}, {"n": 5, "image": False}], 2)
     assert packed["input_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
     assert packed["labels"].shape == (1, 8)
     assert packed["seqlens"].tolist() == [3, 5] and packed["seqlens"].dtype == torch.int32
@@ -172,14 +177,27 @@ def test_packing_concatenates_sequences_and_media_and_strips_trailing_padding() 
         check_collated_lengths(packed, [7, 9], {7: 3, 9: 6})
 
 
+def test_a_group_wider_than_its_samples_gets_a_loss_free_padding_document() -> None:
+    def collate(samples):
+        return {"input_ids": torch.tensor([[5, 6, 7]]), "labels": torch.tensor([[5, 6, 7]])}
+
+    packer = PackedGroupCollator(collate, [3, 3], MEDIA_KEYS, 1)
+    packed = packer([{}, {}], 4)  # the longest sample (3 tokens) leaves the middle ranks of 4 without tokens
+    assert packed["seqlens"].tolist() == [3, 3, 8]
+    assert packed["input_ids"][0, 6:].tolist() == [1] * 8 and packed["labels"][0, 6:].tolist() == [-100] * 8
+    check_collated_lengths(packed, [0, 1], [3, 3])
+    assert packer([{}, {}], 3)["seqlens"].tolist() == [3, 3]
+
+
 def test_packing_refuses_padding_inside_a_sample_and_keys_it_cannot_pack() -> None:
     inner_gap = PackedGroupCollator(
-        lambda s: {"input_ids": torch.zeros(1, 3), "attention_mask": torch.tensor([[1, 0, 1]])}, [3])
+        lambda s: {"input_ids": torch.zeros(1, 3), "attention_mask": torch.tensor([[1, 0, 1]])}, [3], MEDIA_KEYS, 0)
     with pytest.raises(FCPDataError, match="padding before the sample's end"):
-        inner_gap([{}])
-    unknown = PackedGroupCollator(lambda s: {"input_ids": torch.zeros(1, 3), "token_type_ids": torch.zeros(1, 3)}, [3])
+        inner_gap([{}], 1)
+    unknown = PackedGroupCollator(lambda s: {"input_ids": torch.zeros(1, 3), "token_type_ids": torch.zeros(1, 3)}, [3],
+                                  MEDIA_KEYS, 0)
     with pytest.raises(FCPDataError, match="cannot pack the collated key 'token_type_ids'"):
-        unknown([{}])
+        unknown([{}], 1)
 
 
 def test_fcp_refuses_another_sampler_naming_the_yaml_key() -> None:
@@ -194,28 +212,29 @@ def test_fcp_refuses_another_sampler_naming_the_yaml_key() -> None:
 
 def test_a_dataset_without_token_lengths_is_refused_naming_what_is_needed() -> None:
     with pytest.raises(FCPDataError, match=r"column 'input_ids'.*preprocess_on_fly"):
-        dataset_token_lengths([{"text": "a"}])
+        dataset_token_lengths([{"text": "a"}], QWEN3_VL)
 
 
 def test_only_the_training_loader_supplies_plans() -> None:
     order = GlobalBatchOrder(num_samples=8, global_batch_size=4, shuffle=False)
     runtime = FCPRuntime()
-    register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))
+    register_training_plans(runtime, StepPlans(order, [1] * 8, _Source, RunSteps(2, 5)))
+    assert runtime.step == 2
     with pytest.raises(FCPDataError, match="a second FCPBatchSampler data loader .*val_dataset or val_rate"):
-        register_training_plans(runtime, StepPlans(order, [1] * 8, _Source))
+        register_training_plans(runtime, StepPlans(order, [1] * 8, _Source, STEPS))
 
 
-def _collate_round(indices: list[int]) -> dict:
+def _collate_round(indices: list[int], degree: int) -> dict:
     """A stand-in round batch: the indices as a tensor, and the worker's process id."""
     import os
 
     return {"indices": torch.tensor(indices), "pid": os.getpid()}
 
 
-def _failing_collate(indices: list[int]) -> dict:
+def _failing_collate(indices: list[int], degree: int) -> dict:
     if indices == [13]:
         raise KeyError("sample 13 has no input_ids")
-    return _collate_round(indices)
+    return _collate_round(indices, degree)
 
 
 @pytest.mark.parametrize("num_workers, prefetch_factor", [(2, 2), (3, 4)])
@@ -226,7 +245,7 @@ def test_workers_collate_ahead_only_steps_whose_plans_can_be_made_and_give_the_s
 
     def batches(workers: int, factor: int | None) -> tuple[list[list[int]], set[int], _Source]:
         sources: list[_Source] = []
-        plans = StepPlans(order, list(range(24)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1])
+        plans = StepPlans(order, list(range(24)), lambda lengths, patches: sources.append(_Source(lengths, patches)) or sources[-1], STEPS)
         sources[0].horizon = 1  # only steps 0 and 1 can be planned until "step 0's times are recorded"
         loader = iter(FCPRoundLoader(plans, layout, _collate_round, num_workers=workers, prefetch_factor=factor))
         got, pids = [], set()
@@ -248,7 +267,7 @@ def test_workers_collate_ahead_only_steps_whose_plans_can_be_made_and_give_the_s
 
 def test_a_worker_error_names_the_round() -> None:
     order = GlobalBatchOrder(num_samples=16, global_batch_size=16, shuffle=False)
-    plans = StepPlans(order, list(range(16)), _Source)
+    plans = StepPlans(order, list(range(16)), _Source, STEPS)
     loader = iter(FCPRoundLoader(plans, FCPRankLayout(planes=((0, 1),), rank=0), _failing_collate, num_workers=2))
     with pytest.raises(FCPDataError, match="collating round 14 of this rank failed in a worker: KeyError"):
         for _ in range(16):

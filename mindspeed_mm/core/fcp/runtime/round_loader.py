@@ -1,7 +1,8 @@
 """The data loader of an FCP run: this rank's packed group batch of every round, with data-loader workers.
 
-A round's batch is its group's samples collated and packed (the plan says which); MindSpeed-MM's
-`num_workers` collate the next rounds ahead, in worker processes, as torch's `DataLoader` would. Unlike a
+A round's batch is its group's samples collated and packed (the plan says which; the collator adds the padding
+document a group too wide for its samples needs, `solver.short_shards`); the run's `num_workers` collate the next
+rounds ahead, in worker processes, as torch's `DataLoader` would. Unlike a
 `DataLoader` over a batch sampler, which asks its sampler for `prefetch_factor x num_workers` batches ahead,
 this loader never asks for the rounds of a step whose plan cannot be made yet: with recalibration, the plan
 of step s needs the measured group times of step s - 2. So every rank gets the same batches, in the same
@@ -23,8 +24,8 @@ from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRankLayout, rounds_of_
 
 from .step_plans import FCPDataError, StepPlans
 
-Collate = Callable[[list[int]], dict[str, Any]]
-"""Dataset indices of a round's group, in packing order -> the round's packed batch."""
+Collate = Callable[[list[int], int], dict[str, Any]]
+"""(dataset indices of a round's group in packing order, the group's degree) -> the round's packed batch."""
 _POLL_S = 5.0
 
 
@@ -35,9 +36,9 @@ def _worker_loop(collate: Collate, tasks: Any, results: Any) -> None:
         task = tasks.get()
         if task is None:
             return
-        key, indices = task
+        key, indices, degree = task
         try:
-            results.put((key, collate(indices), None))
+            results.put((key, collate(indices, degree), None))
         except Exception as error:  # sent back whole, raised in the training process
             results.put((key, None, f"{type(error).__name__}: {error}"))
 
@@ -92,20 +93,23 @@ class FCPRoundLoader:
         # As torch's DataLoader decides: pinning needs an accelerator.
         self.pin_memory = pin_memory and _accelerator_available()
 
-    def rounds(self) -> Iterator[tuple[int, list[int]]]:
-        """(step, dataset indices of this rank's group) of every round, in order (what a batch sampler yields)."""
-        for step in count(self.plans.first_step):
-            plan = self.plans.plan(step, "sampler")
-            for fcp_round in rounds_of_rank(plan, self.layout):
-                yield step, self.plans.samples(step, fcp_round.batch_positions)
+    def rounds(self) -> Iterator[tuple[int, list[int], int]]:
+        """(step, dataset indices of this rank's group, the group's degree) of every round, in order (what a batch
+        sampler yields)."""
+        for step in count(self.plans.steps.first):
+            yield from self._step_rounds(step)
+
+    def _step_rounds(self, step: int) -> Iterator[tuple[int, list[int], int]]:
+        for fcp_round in rounds_of_rank(self.plans.plan(step, "sampler"), self.layout):
+            yield step, self.plans.samples(step, fcp_round.batch_positions), fcp_round.degree
 
     def __len__(self) -> int:
         return self.plans.order.num_samples
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self.num_workers == 0:
-            for _, indices in self.rounds():
-                yield self._pinned(self.collate(indices))
+            for _, indices, degree in self.rounds():
+                yield self._pinned(self.collate(indices, degree))
             return
         workers = _Workers(self.collate, self.num_workers)
         try:
@@ -114,15 +118,13 @@ class FCPRoundLoader:
             workers.close()
 
     def _prefetched(self, workers: _Workers) -> Iterator[dict[str, Any]]:
-        unsent: collections.deque[tuple[int, list[int]]] = collections.deque()
+        unsent: collections.deque[tuple[int, list[int], int]] = collections.deque()
         done: dict[int, Any] = {}
-        next_step = self.plans.first_step
+        next_step = self.plans.steps.first
         sent = received = 0
 
         def expand(step: int) -> None:
-            plan = self.plans.plan(step, "sampler")
-            for fcp_round in rounds_of_rank(plan, self.layout):
-                unsent.append((step, self.plans.samples(step, fcp_round.batch_positions)))
+            unsent.extend(self._step_rounds(step))
 
         while True:
             # Send rounds ahead, but only those of steps whose plans can be made now.
@@ -133,13 +135,13 @@ class FCPRoundLoader:
                     expand(next_step)
                     next_step += 1
                     continue
-                workers.tasks.put((sent, unsent.popleft()[1]))
+                workers.tasks.put((sent, *unsent.popleft()[1:]))
                 sent += 1
             if sent == received:  # nothing ahead: the training loop needs this round now, so its plan is known
                 if not unsent:
                     expand(next_step)
                     next_step += 1
-                workers.tasks.put((sent, unsent.popleft()[1]))
+                workers.tasks.put((sent, *unsent.popleft()[1:]))
                 sent += 1
             while received not in done:
                 key, batch, error = workers.get()

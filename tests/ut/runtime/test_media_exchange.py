@@ -1,5 +1,5 @@
-"""The vision tower split over a CP group: each medium encoded once, each member receives exactly the rows its
-shard needs, and rows and gradients equal encoding everything on every rank."""
+"""The vision tower split over a CP group or a round: each medium encoded once, each rank receives exactly the rows
+its shard needs, and rows and gradients equal encoding everything on every rank."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,9 +7,10 @@ from typing import Any
 import torch
 
 from distributed_utils import run_distributed
-from mindspeed_mm.features_manager.fcp.qwen3vl.vision_split import (
-    assign_media, assign_over_round, encode_media_in_group, encode_media_over_round, media_items, media_pieces,
+from mindspeed_mm.core.fcp.runtime.media_exchange import (
+    VisionTower, encode_media_in_group, encode_media_over_round, pixel_slices,
 )
+from mindspeed_mm.core.fcp.runtime.media_pieces import assign_media, assign_over_round, media_items, media_pieces
 
 MERGE_AREA = 4
 WIDTH = 6
@@ -27,6 +28,14 @@ def _encoder(weight: torch.Tensor):
         mapped = torch.tanh(pixels @ weight)
         return mapped.reshape(-1, MERGE_AREA, WIDTH).sum(1)
     return encode
+
+
+def _tower(weight: torch.Tensor) -> VisionTower:
+    def stand_in() -> torch.Tensor:
+        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
+
+    return VisionTower(encode=_encoder(weight), stand_in=stand_in, merge_area=MERGE_AREA, row_width=WIDTH,
+                       pixel_width=5)
 
 
 def test_long_videos_are_cut_into_frame_group_ranges_and_the_rest_stays_whole() -> None:
@@ -56,11 +65,7 @@ def _split_and_full(rank: int, world_size: int, video_frames: int) -> dict[str, 
     needed = [torch.arange(total)[torch.arange(total) % (world_size - 1) == m].flip(0) for m in range(world_size - 1)]
     needed.append(torch.zeros(0, dtype=torch.int64))
 
-    def stand_in() -> torch.Tensor:
-        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
-
-    rows, anchor = encode_media_in_group(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
-                                         rank, dist.group.WORLD)
+    rows, anchor = encode_media_in_group(_tower(weight), pixel_slices(pixels), items, needed, rank, dist.group.WORLD)
     mine = needed[rank]
     # a member without rows keeps the exchange's backward pass (a collective) in its graph, as the model does
     loss = (rows * upstream[mine]).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
@@ -123,11 +128,8 @@ def _round_split_and_full(rank: int, world_size: int) -> dict[str, Any]:
     if group_index == 1:
         needed = [torch.arange(total), torch.zeros(0, dtype=torch.int64)]
 
-    def stand_in() -> torch.Tensor:
-        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
-
-    rows, anchor = encode_media_over_round(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
-                                           rank - first, first, rank, dist.group.WORLD, pixel_width=5)
+    rows, anchor = encode_media_over_round(_tower(weight), pixel_slices(pixels), pixels.dtype, items, needed,
+                                           rank - first, first, rank, dist.group.WORLD)
     mine = needed[rank - first]
     loss = (rows * upstream[mine]).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
     loss.backward()
@@ -165,11 +167,9 @@ def _round_with_a_bystander(rank: int, world_size: int) -> dict[str, Any]:
     total = sum(item.patches for item in items) // MERGE_AREA
     needed = [torch.arange(total)[torch.arange(total) % degree == m] for m in range(degree)]
 
-    def stand_in() -> torch.Tensor:
-        return _encoder(weight)(torch.zeros(MERGE_AREA, 5), torch.tensor([[1, 2, 2]])).sum() * 0
-
-    rows, anchor = encode_media_over_round(_encoder(weight), stand_in, pixels, items, MERGE_AREA, WIDTH, needed,
-                                           rank - first, first, rank, dist.group.WORLD, pixel_width=5)
+    rows, anchor = encode_media_over_round(_tower(weight), pixel_slices(pixels),
+                                           None if pixels is None else pixels.dtype, items, needed, rank - first,
+                                           first, rank, dist.group.WORLD)
     mine = needed[rank - first]
     loss = (rows * (1.0 + rank)).sum() + rows.sum() * 0 + (anchor if anchor is not None else 0)
     loss.backward()

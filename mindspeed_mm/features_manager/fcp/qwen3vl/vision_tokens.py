@@ -1,5 +1,5 @@
-"""What the plans know of the vision tower before any image or video is loaded: each training sample's encoder
-patches, and whether the run trains the tower.
+"""What the plans know of Qwen3-VL's vision tower before any image or video is loaded: each training sample's
+encoder patches.
 
 MindSpeed-MM's Qwen3-VL preprocessing expands every image and video into its visual tokens in `input_ids`: one
 `image_token_id` / `video_token_id` per merged token, i.e. per `spatial_merge_size`^2 patches of the encoder.
@@ -14,34 +14,30 @@ from typing import Any
 
 import numpy as np
 
-from .step_plans import FCPDataError
+from mindspeed_mm.core.fcp.runtime.step_plans import FCPDataError
 
 MODEL_PATH_KEY = "data.dataset_param.preprocess_parameters.model_name_or_path"
-
-
-def vision_is_frozen() -> bool:
-    """Whether the recipe freezes the vision encoder and its projector (`model.image_encoder.*.freeze`): the tower
-    then runs its forward pass only, without gradients."""
-    from megatron.training import get_args
-
-    encoder = get_args().mm.model.image_encoder
-    return bool(encoder.vision_encoder.freeze and encoder.vision_projector.freeze)
 
 
 def _get(section: Any, key: str) -> Any:
     return section.get(key) if isinstance(section, dict) else getattr(section, key, None)
 
 
-def vision_token_ids(dataset_param: Any) -> tuple[int, int, int]:
-    """(image token id, video token id, spatial merge size) of the model the data were preprocessed for."""
+def model_config(dataset_param: Any) -> tuple[dict[str, Any], Path]:
+    """The Hugging Face `config.json` of the model the data were preprocessed for, and its path."""
     model_path = _get(_get(dataset_param, "preprocess_parameters") or {}, "model_name_or_path")
     if not model_path:
-        raise FCPDataError(f"FCP prices the vision encoder from the visual tokens of every sample: set {MODEL_PATH_KEY}")
+        raise FCPDataError(f"FCP reads the vision tokens of every sample from the model's config: set {MODEL_PATH_KEY}")
     config_path = Path(model_path) / "config.json"
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        return json.loads(config_path.read_text(encoding="utf-8")), config_path
     except (OSError, json.JSONDecodeError) as exc:
         raise FCPDataError(f"{MODEL_PATH_KEY}: cannot read the model's {config_path}: {exc}") from exc
+
+
+def vision_token_ids(dataset_param: Any) -> tuple[int, int, int]:
+    """(image token id, video token id, spatial merge size) of the model the data were preprocessed for."""
+    config, config_path = model_config(dataset_param)
     vision = config.get("vision_config") or {}
     values = {"image_token_id": config.get("image_token_id"), "video_token_id": config.get("video_token_id"),
               "vision_config.spatial_merge_size": vision.get("spatial_merge_size")}
@@ -67,9 +63,3 @@ def count_vision_patches(input_ids: Any, image_id: int, video_id: int, merge: in
     if not counts:
         return []
     return [int(n) * merge * merge for n in np.concatenate(counts)]
-
-
-def dataset_vision_patches(dataset: Any, dataset_param: Any, column: str) -> list[int]:
-    """Vision-encoder patches of every sample of a preprocessed Hugging Face dataset (`column`: its token ids)."""
-    image_id, video_id, merge = vision_token_ids(dataset_param)
-    return count_vision_patches(dataset.with_format("arrow")[column], image_id, video_id, merge)

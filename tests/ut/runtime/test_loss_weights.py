@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from mindspeed_mm.core.fcp.runtime.packed_lengths import cumulative_lengths
-from mindspeed_mm.features_manager.fcp.qwen3vl.loss import shifted_sample_labels, token_weights
+from mindspeed_mm.core.fcp.runtime.loss_weights import shifted_sample_labels, token_weights
 
 IGNORE = -100
 

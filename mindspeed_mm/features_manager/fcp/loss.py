@@ -20,32 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..run_checks import SUPPORTED_LOSS
-from ..runtime import FCPRuntimeError, get_fcp_runtime
-from .shard import SEQLENS_KEY, TextShard, round_shard
+from mindspeed_mm.core.fcp.runtime.loss_weights import shifted_sample_labels, token_weights
+from mindspeed_mm.core.fcp.runtime.round_shard import SEQLENS_KEY, RoundShard, round_shard
 
-
-
-def shifted_sample_labels(labels: torch.Tensor, cu_seqlens: tuple[int, ...], ignore_index: int) -> torch.Tensor:
-    """`[tokens]` next-token labels of a packed sequence, shifted inside each sample."""
-    flat = labels.reshape(-1)
-    shifted = torch.full_like(flat, ignore_index)
-    for start, end in zip(cu_seqlens, cu_seqlens[1:]):
-        shifted[start:end - 1] = flat[start + 1:end]
-    return shifted
-
-
-def token_weights(shifted: torch.Tensor, cu_seqlens: tuple[int, ...], ignore_index: int,
-                  samples_per_step: int) -> torch.Tensor:
-    """loss_type `default` on one device with one sample per micro-batch: each sample's mean token loss,
-    averaged over the global batch's samples. A sample without loss tokens weighs nothing."""
-    weights = torch.zeros(shifted.shape, dtype=torch.float64)
-    for start, end in zip(cu_seqlens, cu_seqlens[1:]):
-        valid = shifted[start:end] != ignore_index
-        count = int(valid.sum())
-        if count:
-            weights[start:end][valid.cpu()] = 1.0 / (count * samples_per_step)
-    return weights
+from .run_checks import SUPPORTED_LOSS
+from .runtime import FCPRuntimeError, get_fcp_runtime
 
 
 def _check_loss_cfg(model: Any) -> None:
@@ -57,7 +36,7 @@ def _check_loss_cfg(model: Any) -> None:
                 f"model.loss_cfg.{key}: {value!r} is not supported under fcp_cp_algo (supported: {', '.join(supported)})")
 
 
-def fcp_loss_context(model: Any, labels: torch.Tensor, shard: TextShard, ignore_index: int,
+def fcp_loss_context(model: Any, labels: torch.Tensor, shard: RoundShard, ignore_index: int,
                      chunked: bool) -> tuple[Callable[..., torch.Tensor], torch.Tensor]:
     """The loss closure of this rank's shard and its loss mask (like upstream's `build_loss_ctx`)."""
     from megatron.core import mpu
@@ -95,7 +74,7 @@ def build_loss_ctx_wrapper(build_loss_ctx: Callable[..., Any]) -> Callable[..., 
     @functools.wraps(build_loss_ctx)
     def run(self: Any, labels: torch.Tensor, ignore_index: int = -100, chunk_size: int | None = 1024,
             **kwargs: Any) -> Any:
-        shard = round_shard(kwargs.get(SEQLENS_KEY))
+        shard = round_shard(get_fcp_runtime(), kwargs.get(SEQLENS_KEY))
         if shard is None:
             return build_loss_ctx(self, labels, ignore_index=ignore_index, chunk_size=chunk_size, **kwargs)
         return fcp_loss_context(self, labels, shard, ignore_index, chunked=bool(chunk_size))
