@@ -79,6 +79,20 @@ def runs(upstream_bed, tmp_path_factory):
     return done
 
 
+def assert_trains_like_one_process(fcp, single, steps: int, label: str) -> None:
+    """The FCP run's losses within 1e-5 and grad norms within 1e-4 of the one-process run's, every step."""
+    assert len(fcp.losses) == len(single.losses) == steps
+    for step, (got, want) in enumerate(zip(fcp.losses, single.losses), start=1):
+        assert math.isclose(got, want, rel_tol=1e-5), f"{label}: loss of step {step}: FCP {got}, 1 process {want}"
+    for step, (got, want) in enumerate(zip(fcp.grad_norms, single.grad_norms), start=1):
+        assert math.isclose(got, want, rel_tol=1e-4), f"{label}: grad norm of step {step}: FCP {got}, 1 process {want}"
+
+
+def degrees_used(text: str) -> set[int]:
+    """Every group degree the run's logged plans used."""
+    return {d for rounds in planned_degrees(text).values() for groups in rounds for d in groups}
+
+
 def planned_degrees(text: str) -> dict[int, list[list[int]]]:
     return {int(m.group(1)): json.loads(m.group(3)) for m in PLAN_LINE.finditer(text)}
 
@@ -88,11 +102,7 @@ def test_fcp_on_4_processes_trains_like_one_process(runs, parallel) -> None:
     fcp, single = runs[f"fcp_{parallel}"], runs["single_ddp" if parallel == "ddp" else "single_fsdp2"]
     assert logged_argument(fcp.text, "context_parallel_algo") == "fcp_cp_algo"
     assert logged_argument(fcp.text, "world_size") == "4"
-    assert len(fcp.losses) == len(single.losses) == STEPS
-    for step, (got, want) in enumerate(zip(fcp.losses, single.losses), start=1):
-        assert math.isclose(got, want, rel_tol=1e-5), f"{parallel}: loss of step {step}: FCP {got}, 1 process {want}"
-    for step, (got, want) in enumerate(zip(fcp.grad_norms, single.grad_norms), start=1):
-        assert math.isclose(got, want, rel_tol=1e-4), f"{parallel}: grad norm of step {step}: FCP {got}, 1 process {want}"
+    assert_trains_like_one_process(fcp, single, STEPS, parallel)
 
 
 def test_the_log_shows_each_rounds_groups_with_multi_rank_and_odd_degrees(runs) -> None:

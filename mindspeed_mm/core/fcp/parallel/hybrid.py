@@ -23,7 +23,9 @@ from mindspeed_mm.core.fcp.parallel.attention_call import AttentionCall
 from mindspeed_mm.core.fcp.parallel.collectives import CommStats
 from mindspeed_mm.core.fcp.parallel.hybrid_group import HybridGroup
 from mindspeed_mm.core.fcp.parallel.ring import ring_backward, ring_forward
-from mindspeed_mm.core.fcp.parallel.ulysses import HeadExchange, head_to_seq, repeated_kv, seq_to_head, sum_kv_repeats
+from mindspeed_mm.core.fcp.parallel.ulysses import (
+    HeadExchange, head_split_attention, head_to_seq, repeated_kv, seq_to_head, sum_kv_repeats,
+)
 from mindspeed_mm.core.fcp.parallel.zigzag import zigzag_layout
 
 
@@ -91,18 +93,4 @@ def hybrid_backward(
     return dq, dk, dv
 
 
-class HybridAttention(torch.autograd.Function):
-    """Autograd wrapper of :func:`hybrid_forward` / :func:`hybrid_backward`."""
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> torch.Tensor:
-        out, saved = hybrid_forward(q, k, v, call)
-        ctx.save_for_backward(*saved)
-        ctx.call = call
-        ctx.kv_heads = k.shape[1]
-        return out
-
-    @staticmethod
-    def backward(ctx, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        dq, dk, dv = hybrid_backward(dout, ctx.saved_tensors, ctx.kv_heads, ctx.call)
-        return dq, dk, dv, None
+HybridAttention = head_split_attention("HybridAttention", hybrid_forward, hybrid_backward)

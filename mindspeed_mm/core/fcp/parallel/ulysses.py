@@ -6,6 +6,7 @@ layout's unshard permutation, attend with the group's global ``cu_seqlens``, and
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -149,18 +150,25 @@ def ulysses_backward(
     return dq, dk, dv
 
 
-class UlyssesAttention(torch.autograd.Function):
-    """Autograd wrapper of :func:`ulysses_forward` / :func:`ulysses_backward`."""
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> torch.Tensor:
-        out, saved = ulysses_forward(q, k, v, call)
+def head_split_attention(name: str, forward: Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, ...]]],
+                         backward: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+                         ) -> type[torch.autograd.Function]:
+    """An autograd function of an attention that exchanges heads: `forward(q, k, v, call)` gives (out, tensors to
+    save), `backward(dout, saved, kv_heads, call)` the gradients of q, k, v (k and v with `kv_heads` heads)."""
+    def run_forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: AttentionCall) -> torch.Tensor:
+        out, saved = forward(q, k, v, call)
         ctx.save_for_backward(*saved)
         ctx.call = call
         ctx.kv_heads = k.shape[1]
         return out
 
-    @staticmethod
-    def backward(ctx, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        dq, dk, dv = ulysses_backward(dout, ctx.saved_tensors, ctx.kv_heads, ctx.call)
+    def run_backward(ctx, dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        dq, dk, dv = backward(dout, ctx.saved_tensors, ctx.kv_heads, ctx.call)
         return dq, dk, dv, None
+
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": f"Autograd wrapper of :func:`{forward.__name__}` / :func:`{backward.__name__}`.",
+        "forward": staticmethod(run_forward), "backward": staticmethod(run_backward)})
+
+
+UlyssesAttention = head_split_attention("UlyssesAttention", ulysses_forward, ulysses_backward)

@@ -150,34 +150,24 @@ def static_layout_plan(
     return _homogeneous_plan(values, cost, config, patches, cp_degree, algo, strategy, started, semantics)
 
 
-def megatron_static_cp(
-    lengths: Sequence[int],
-    cost: CostModel,
-    config: SolverConfig,
-    patches: Sequence[int] | None = None,
-    *,
-    cp_degree: int | None = None,
-) -> Plan:
-    """Megatron-LM static ring CP; `cp_degree` is the run's degree (default: sized for this batch)."""
-    started = time.perf_counter()
-    values = checked_lengths(lengths, cost, config, patches)
-    degree = cp_degree if cp_degree is not None else static_cp_degree(int(values.max()), cost, config, RING)
-    return _homogeneous_plan(values, cost, config, patches, degree, RING, "megatron_static_cp", started)
+def _static_cp(algo: str, strategy: str, doc: str) -> BaselinePlanner:
+    """The baseline of a static CP of `algo`: `cp_degree` is the run's degree (default: sized for this batch)."""
+    def baseline(lengths: Sequence[int], cost: CostModel, config: SolverConfig,
+                 patches: Sequence[int] | None = None, *, cp_degree: int | None = None) -> Plan:
+        started = time.perf_counter()
+        values = checked_lengths(lengths, cost, config, patches)
+        degree = cp_degree if cp_degree is not None else static_cp_degree(int(values.max()), cost, config, algo)
+        return _homogeneous_plan(values, cost, config, patches, degree, algo, strategy, started)
+
+    baseline.__name__ = baseline.__qualname__ = strategy
+    baseline.__doc__ = doc
+    return baseline
 
 
-def deepspeed_ulysses(
-    lengths: Sequence[int],
-    cost: CostModel,
-    config: SolverConfig,
-    patches: Sequence[int] | None = None,
-    *,
-    cp_degree: int | None = None,
-) -> Plan:
-    """DeepSpeed-Ulysses static CP; `cp_degree` is the run's degree (default: sized for this batch)."""
-    started = time.perf_counter()
-    values = checked_lengths(lengths, cost, config, patches)
-    degree = cp_degree if cp_degree is not None else static_cp_degree(int(values.max()), cost, config, ULYSSES)
-    return _homogeneous_plan(values, cost, config, patches, degree, ULYSSES, "deepspeed_ulysses", started)
+megatron_static_cp = _static_cp(RING, "megatron_static_cp", "Megatron-LM static ring CP; `cp_degree` is the run's "
+                                "degree (default: sized for this batch).")
+deepspeed_ulysses = _static_cp(ULYSSES, "deepspeed_ulysses", "DeepSpeed-Ulysses static CP; `cp_degree` is the run's "
+                               "degree (default: sized for this batch).")
 
 
 def mindspeed_dp_cp_switch(

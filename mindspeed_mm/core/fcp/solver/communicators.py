@@ -229,8 +229,10 @@ def budget_guaranteeing(num_ranks: int, max_degree: int, algos: Sequence[str], p
         budget += 1
 
 
+@lru_cache(maxsize=256)
 def _catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: tuple[str, ...],
                plane: bool, hybrid_block: int) -> GroupCatalogue:
+    """Built once per run's settings (the planner asks every batch; a catalogue is immutable)."""
     rule = HybridSplitRule(hybrid_block if HYBRID in algos else 0)
     split_degrees = [d for d in range(2, max_degree + 1) if rule.ulysses_of(d)]
     if budget is None:

@@ -373,12 +373,26 @@ class _RoundPlacer:
                 options.append(self._grid_priced([(d, a, g.samples, t)
                                                   for d, t, a, g in zip(*aligned, choice.groups)]))
         if placement is None and self.chain_solver is not None:
-            again = self.chain().solve(sorted(i for g in choice.groups for i in g.samples))
+            again = self._searched_on_chain(choice)
             if again is not None:
                 options.append(self._grid_priced([(g.degree, g.algo, g.samples, g.predicted_ms)
                                                   for g in again.groups]))
         options = [option for option in options if option is not None]
         return min(options, key=lambda round_and_count: round_and_count[0].predicted_ms) if options else None
+
+    def _searched_on_chain(self, choice: RoundChoice) -> RoundChoice | None:
+        """The round's samples searched again on the chain: uniform groups of the powers of two around the round's
+        degrees first (at 1,024 ranks a search over every power of two costs more than the rest of the plan), every
+        power of two where none of those fits."""
+        chain = self.chain()
+        samples = sorted(i for g in choice.groups for i in g.samples)
+        used = [g.degree for g in choice.groups if g.samples]
+        low, high = 1 << (min(used).bit_length() - 1), 1 << (max(used) - 1).bit_length()
+        near = tuple(d for d in chain.limits.uniform_degrees if low <= d <= high)
+        start = chain.start(samples, near) if near else None
+        if start is None:
+            return chain.solve(samples)
+        return chain.finish(start)
 
     def chain(self) -> RoundSolver:
         """The search on the catalogue's power-of-two chain (built once)."""

@@ -51,7 +51,11 @@ def vision_rank_ms(cost: CostModel, patches_on_rank: float) -> float:
 def _group_patches(round_plan: RoundPlan, patches: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
     """(patches, degree) of every group of the round that runs samples."""
     patch_arr = np.asarray(patches, dtype=np.int64)
-    return [(int(patch_arr[list(g.samples)].sum()), g.degree) for g in round_plan.groups if g.algo != IDLE]
+    running = [g for g in round_plan.groups if g.algo != IDLE]
+    members = np.fromiter((i for g in running for i in g.samples), dtype=np.int64)
+    owners = np.repeat(np.arange(len(running)), [len(g.samples) for g in running])
+    sums = np.bincount(owners, weights=patch_arr[members], minlength=len(running))
+    return [(int(total), g.degree) for total, g in zip(sums.tolist(), running)]
 
 
 def vision_exchange_ms(cost: CostModel, moved_patches: float) -> float:
@@ -79,7 +83,7 @@ def vision_phase_ms(round_plan: RoundPlan, patches: Sequence[int] | np.ndarray |
     if total == 0:
         return 0.0
     if not over_round:
-        return max(vision_rank_ms(cost, p / d) for p, d in groups if p)
+        return float(cost.coefficients.vision_ms(np.array([p / d for p, d in groups if p], dtype=np.float64)).max())
     ranks = sum(g.degree for g in round_plan.groups)
     share = total / ranks
     moved = max(abs(p / d - share) for p, d in groups)
@@ -100,18 +104,23 @@ def priced_in_phases(plan: Plan, lengths: Sequence[int] | np.ndarray, patches: S
     """`plan` with each round priced as its vision phase plus each group's decoder work (module docstring);
     with `over_round`, each round whose phase is shorter with its media spread over all its ranks is so run."""
     length_arr = np.asarray(lengths, dtype=np.int64)
+    patch_arr = None if patches is None else np.asarray(patches, dtype=np.int64)
     running = [g for round_plan in plan.rounds for g in round_plan.groups if g.algo != IDLE]
-    # The decoder work of every group, placed where it is, in one evaluation of the cost model.
+    # The decoder work of every group, placed where it is, in one evaluation of the cost model: the groups' text
+    # workloads summed from the samples' columns at once.
+    members = np.fromiter((i for g in running for i in g.samples), dtype=np.int64)
+    owners = np.repeat(np.arange(len(running)), [len(g.samples) for g in running])
+    columns = cost.workload_columns(length_arr).group_sums(members, owners, len(running))
     text_ms = cost.placed_time_table(
-        [cost.workload(length_arr[list(g.samples)]) for g in running], [g.degree for g in running],
+        columns, [g.degree for g in running],
         [placed_node_part(g.ranks[0], g.degree, ranks_per_node) for g in running], [g.algo for g in running])
     text_in_order = iter(text_ms.tolist())  # the running groups, round by round
     rounds = []
     for round_plan in plan.rounds:
-        phase = vision_phase_ms(round_plan, patches, cost, False)
-        spread = over_round and phase > 0 and vision_phase_ms(round_plan, patches, cost, True) < phase
+        phase = vision_phase_ms(round_plan, patch_arr, cost, False)
+        spread = over_round and phase > 0 and vision_phase_ms(round_plan, patch_arr, cost, True) < phase
         if spread:
-            phase = vision_phase_ms(round_plan, patches, cost, True)
+            phase = vision_phase_ms(round_plan, patch_arr, cost, True)
         groups = tuple(g if g.algo == IDLE else dataclasses.replace(g, predicted_ms=phase + next(text_in_order))
                        for g in round_plan.groups)
         rounds.append(RoundPlan(groups=groups, predicted_ms=max(g.predicted_ms for g in groups),
