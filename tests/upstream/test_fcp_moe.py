@@ -24,7 +24,7 @@ from test_fcp_training import assert_trains_like_one_process, degrees_used
 
 STEPS = 4
 GLOBAL_BATCH = 8
-FCP_KEYS = {"fcp_preset": "cpu-tiny", "fcp_max_tokens_per_rank": 70, "fcp_log_plan": True}
+FCP_KEYS = {"fcp_preset": "cpu-tiny-moe", "fcp_max_tokens_per_rank": 70, "fcp_log_plan": True}
 TRAINING = {"lr": 1e-3, "min_lr": 1e-3, "lr_warmup_fraction": None, "lr_warmup_iters": 0}
 CASES = {"trainable": dict(trainable_vision=True, fused=False, expert_parallel=1),
          "frozen_ep2": dict(trainable_vision=False, fused=True, expert_parallel=2)}

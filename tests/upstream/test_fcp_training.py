@@ -24,7 +24,8 @@ import re
 
 import pytest
 
-from mindspeed_mm.core.fcp.cost.presets import preset_table
+from mindspeed_mm.core.fcp.cost.model_config import read_model_config
+from mindspeed_mm.core.fcp.cost.presets import ModelPreset, build_preset_table
 from runner import logged_argument
 
 STEPS = 6
@@ -41,9 +42,12 @@ SLOWER_BETWEEN_NODES = 8.0
 HYBRID_KEYS = {"fcp_preset": None, "fcp_max_tokens_per_rank": 50, "fcp_ranks_per_node": 2, "fcp_attention_algo": None}
 
 
-def two_node_table(path) -> str:
-    """The cpu-tiny preset's table with links between nodes `SLOWER_BETWEEN_NODES` times slower, saved at `path`."""
-    table = preset_table("cpu-tiny")
+def two_node_table(path, config_json) -> str:
+    """The cpu preset's table of the bed's model (`config_json`) with links between nodes `SLOWER_BETWEEN_NODES`
+    times slower, saved at `path` (a profile table must be of the model the run trains)."""
+    config = read_model_config(config_json)
+    table = build_preset_table("cpu", "tiny", model_preset=ModelPreset(config.decoder, config.encoder, "none",
+                                                                       "the bed's config.json"))
     tm = table.time
 
     def slower(grid):
@@ -59,7 +63,8 @@ def runs(upstream_bed, tmp_path_factory):
     def recipe(fcp: bool, fsdp2: bool, hybrid: bool = False) -> dict:
         extra = dict(TRAINING, **(FCP_KEYS if fcp else {}))
         if hybrid:
-            extra.update(HYBRID_KEYS, fcp_profile_table=two_node_table(tmp_path_factory.mktemp("hybrid") / "table.json"))
+            extra.update(HYBRID_KEYS, fcp_profile_table=two_node_table(tmp_path_factory.mktemp("hybrid") / "table.json",
+                                                                      upstream_bed.hf_dir / "config.json"))
         built = upstream_bed.recipe(cp_algo="fcp_cp_algo" if fcp else "ulysses_cp_algo", fsdp2=fsdp2,
                                     train_iters=STEPS, global_batch_size=GLOBAL_BATCH, extra_gpt=extra)
         if fcp:

@@ -110,9 +110,10 @@ def register_fcp_patches(patch_manager: Any, args: argparse.Namespace) -> list[F
 
     from mindspeed_mm.core.fcp.runtime.fcp_options import FCPOptions
 
+    from .cost_source import run_expert_parallel
     from .runtime import reset_fcp_runtime
 
-    reset_fcp_runtime(FCPOptions.from_namespace(args).runtime_settings())
+    reset_fcp_runtime(FCPOptions.from_namespace(args).runtime_settings(expert_parallel=run_expert_parallel(args)))
     every = run_patches(args)
     patches = active_patches(every)
     for patch in patches:

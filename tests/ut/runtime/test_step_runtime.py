@@ -351,7 +351,8 @@ def _hybrid_round_groups(rank: int, world_size: int) -> dict[str, Any]:
     from mindspeed_mm.core.fcp.solver import GroupPlan, RoundPlan
     from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
 
-    runtime = FCPRuntime(FCPRuntimeSettings())
+    # Blocks of at most 2 ranks (two ranks per node): degree 4 runs hybrid as 2 x 2.
+    runtime = FCPRuntime(FCPRuntimeSettings(hybrid_block=2))
     runtime.set_layout(FCPRankLayout(planes=(tuple(range(world_size)),), rank=rank))
     hybrid = GroupPlan((0, 1, 2, 3), 4, "hybrid", (0,), 1.0, hybrid=HybridSplit(2, 2))
     plan = Plan((RoundPlan((hybrid,), 1.0), RoundPlan((GroupPlan((0, 1, 2, 3), 4, "ring", (1,), 1.0),), 1.0)),

@@ -282,6 +282,14 @@ MODELS: dict[str, ModelPreset] = {
         EncoderShape(depth=2, hidden=32, heads=2, mlp=64, patch_size=2, spatial_merge=2, temporal_patch=2,
                      out_hidden=64, mergers=1, attention_window=60),
         "none", "project-defined"),
+    # Project-defined: the CPU bed's Qwen3-VL-MoE (tests/upstream/tiny_qwen3vl.py --moe): every layer 4 experts, top 2.
+    "tiny-moe": ModelPreset(
+        DecoderShape(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=320,
+                     tied_embeddings=False, qkv_bias=False, qk_norm=True,
+                     experts=ExpertShape(experts=4, top_k=2, expert_ffn=32)),
+        EncoderShape(depth=2, hidden=32, heads=2, mlp=64, patch_size=16, spatial_merge=2, temporal_patch=2,
+                     out_hidden=64, mergers=2, attention_window=64),
+        "none", "project-defined"),
 }
 
 # Memory accounting (activations, bytes per parameter) follows these for every preset.
@@ -292,13 +300,13 @@ _ACCELERATORS = ("a3", "910b", "h100", "h200")
 _REAL_MODELS = {"qwen3vl-2b": _ACCELERATORS, "qwen3vl-4b": _ACCELERATORS, "qwen3vl-8b": _ACCELERATORS,
                 "qwen3vl-32b": _ACCELERATORS, "qwen3vl-30b-a3b": ("a3", "h200"), "qwen3vl-235b-a22b": ("a3", "h200")}
 """The models FCP trains (MindSpeed-MM's Qwen3-VL on `pretrain_transformers.py`) and the accelerators each is
-listed for; the CPU runs `tiny`."""
+listed for; the CPU runs the tiny models."""
 
 
 def list_presets() -> list[str]:
-    """Names `<hardware>-<model>` of the presets that make sense (the CPU only runs `tiny`)."""
+    """Names `<hardware>-<model>` of the presets that make sense (the CPU only runs the tiny models)."""
     return [f"{hw}-{m}" for hw in _ACCELERATORS for m, accelerators in _REAL_MODELS.items()
-            if hw in accelerators] + ["cpu-tiny"]
+            if hw in accelerators] + ["cpu-tiny", "cpu-tiny-moe"]
 
 
 def split_preset_name(name: str) -> tuple[str, str]:

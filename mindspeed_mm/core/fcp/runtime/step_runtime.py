@@ -290,7 +290,7 @@ class FCPRuntime:
         try:
             self.catalogue.check_plan(plan)
         except InvalidPlanError as error:
-            raise FCPRuntimeError(f"step {self._steps_done + 1}: {error}") from None
+            raise FCPRuntimeError(f"step {self._step + 1}: {error}") from None
         pool = self._pool()
         if pool.prewarm(self._in_every_plane(sorted(plan_communicators(plan)))):
             logger.info("FCP: rank %d now holds %d FCP communicators (at most %d: %s)", layout.rank,

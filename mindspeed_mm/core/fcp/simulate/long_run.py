@@ -19,6 +19,7 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
@@ -119,7 +120,7 @@ def simulate_long_run(cost: CostModel, config: SolverConfig, workload: str, step
 
     recalibrator = StepRecalibrator(cost) if drift is not None else None
     truth = DriftingFactors(drift) if drift is not None else None
-    source = StepPlanSource(BatchPlanner(cost, config, None), lambda step: batch(step)[0], steps,
+    source = StepPlanSource(BatchPlanner(cost, config, None), lambda step: batch(step)[0], RunSteps(0, steps),
                             async_planning=False, recalibrator=recalibrator, batch_patches=lambda step: batch(step)[1])
     run = LongRun(workload, config.num_ranks, steps, config.budget,
                   per_rank=np.zeros(config.num_ranks, dtype=np.int64))
