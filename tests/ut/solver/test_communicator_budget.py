@@ -8,11 +8,12 @@ import pytest
 
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
-from mindspeed_mm.core.fcp.solver import SolverConfig, plan_batch, validate_plan
+from mindspeed_mm.core.fcp.solver import GroupPlan, Plan, RoundPlan, SolverConfig, plan_batch, validate_plan
 from mindspeed_mm.core.fcp.solver.communicators import (
     budget_guaranteeing, default_budget, group_catalogue, group_communicators, plan_communicators,
 )
-from mindspeed_mm.core.fcp.solver.errors import CommunicatorBudgetError
+from mindspeed_mm.core.fcp.solver.errors import CommunicatorBudgetError, InvalidPlanError
+from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit
 from mindspeed_mm.core.fcp.solver.placement import slot_grid_placement, slot_of
 from mindspeed_mm.core.fcp.solver.plan import IDLE
 
@@ -97,6 +98,35 @@ def test_small_planes_allow_every_range_and_small_budgets_shorten_the_chain() ->
 def test_communicators_are_counted_through_one_function() -> None:
     assert group_communicators((3, 4, 5), "ring") == group_communicators((3, 4, 5), "ulysses") == ((3, 4, 5),)
     assert group_communicators((7,), "ring") == () and group_communicators((2, 3), IDLE) == ()
+
+
+def test_hybrid_rings_count_in_the_budget() -> None:
+    algos = ALGOS + ("hybrid",)
+    # 8-rank nodes, blocks of 8: after the chain and 3, 6, 12, degree 16 runs hybrid as 8 x 2, one ring per rank more.
+    catalogue = group_catalogue(64, 64, 10, algos, plane=True, hybrid_block=8)
+    assert catalogue.degrees == (2, 3, 4, 6, 8, 12, 16, 32, 64) and catalogue.hybrid_degrees == (16,)
+    assert catalogue.worst == 10
+    rings = [c for c in catalogue.communicators() if c != tuple(range(c[0], c[0] + len(c)))]
+    assert rings == sorted((s + j, s + 8 + j) for s in range(0, 64, 16) for j in range(8))
+    assert group_communicators(tuple(range(16)), "hybrid", 8) == (tuple(range(16)), tuple(range(8)),
+                                                                 tuple(range(8, 16)), *((j, 8 + j) for j in range(8)))
+    # Without hybrid groups the same budget holds one more extra degree; with a larger one, more hybrid degrees.
+    assert group_catalogue(64, 64, 10, ALGOS, plane=True, hybrid_block=8).degrees == (2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+    assert group_catalogue(64, 64, 12, algos, plane=True, hybrid_block=8).hybrid_degrees == (16, 32)
+    # A hybrid group of 16 runs 8 x 2 (or 16 x 1, 1 x 16: no extra communicator); 4 x 4 needs rings it does not have.
+    def plan_with(split: HybridSplit) -> Plan:
+        groups = (GroupPlan(tuple(range(16)), 16, "hybrid", (0,), 1.0, hybrid=split),
+                  *(GroupPlan((r,), 1, "ring", (r - 15,), 1.0) for r in range(16, 64)))
+        return Plan((RoundPlan(groups, 1.0),), 1.0, 1.0, 0.0, 64)
+
+    for fine in (HybridSplit(8, 2), HybridSplit(16, 1), HybridSplit(1, 16)):
+        catalogue.check_plan(plan_with(fine))
+    with pytest.raises(InvalidPlanError, match=r"round 0, group on ranks 0..15: hybrid split 4 x 4 is not the run's "
+                                               r"\(hybrid degrees \[16\], blocks of at most 8 ranks\)"):
+        catalogue.check_plan(plan_with(HybridSplit(4, 4)))
+    # The unbounded ablation: every degree with a proper split, counted.
+    unbounded = group_catalogue(64, 64, None, algos, plane=True, hybrid_block=8)
+    assert unbounded.hybrid_degrees[:4] == (4, 6, 8, 10) and unbounded.worst > 10 * catalogue.worst
 
 
 @pytest.mark.parametrize("workload, preset, ranks, per_rank", [
