@@ -254,9 +254,11 @@ class CalibratedCostModel(CostModel):
                    memory_limited=base.memory_limited,
                    max_tokens_per_rank=base.capacity_tokens if base.memory_limited else None)
 
-    def uncorrected_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str) -> np.ndarray | float:
-        """The base model's group time (what the factors multiply)."""
-        return self.base.group_time_ms(workload, degrees, algo)
+    def uncorrected_time_ms(self, workload: GroupWorkload, degrees: Any, algo: str, *, node_part: int | None = None,
+                            ulysses_degree: int | None = None) -> np.ndarray | float:
+        """The base model's group time (what the factors multiply); `node_part`, `ulysses_degree` as in
+        `group_time_ms`."""
+        return self.base.group_time_ms(workload, degrees, algo, node_part=node_part, ulysses_degree=ulysses_degree)
 
     def _algo_times(self, columns: WorkloadColumns, d_int: np.ndarray, algo: str,
                     node_part: int | None = None, ulysses_degree: int | None = None) -> np.ndarray:
@@ -269,19 +271,22 @@ class CalibratedCostModel(CostModel):
 
 
 def observe_groups(calibrator: OnlineCalibrator, cost: CostModel, groups: Sequence[tuple[GroupWorkload, int, str]],
-                   measured_ms: Sequence[float]) -> list[Observation]:
+                   measured_ms: Sequence[float],
+                   placements: Sequence[tuple[int | None, int | None]] | None = None) -> list[Observation]:
     """Feed measured group times; returns the plan-log records (base, predicted, measured).
 
     `groups` are (workload, degree, algo) of the groups that ran, `measured_ms` their times (the
     slowest rank of each group). `cost` is the model the plan was made with (corrected or not).
+    `placements`: (node part, hybrid u) of each group, priced where it ran (`group_time_ms`); default compact.
     """
-    if len(groups) != len(measured_ms):
+    if len(groups) != len(measured_ms) or (placements is not None and len(placements) != len(groups)):
         raise ValueError(f"{len(groups)} groups but {len(measured_ms)} measured times")
     records = []
-    for (workload, degree, algo), measured in zip(groups, measured_ms):
-        predicted = float(cost.group_time_ms(workload, degree, algo))
-        base = float(cost.uncorrected_time_ms(workload, degree, algo)) if isinstance(cost, CalibratedCostModel) \
-            else predicted
+    for k, ((workload, degree, algo), measured) in enumerate(zip(groups, measured_ms)):
+        node_part, ulysses = (None, None) if placements is None else placements[k]
+        predicted = float(cost.group_time_ms(workload, degree, algo, node_part=node_part, ulysses_degree=ulysses))
+        base = float(cost.uncorrected_time_ms(workload, degree, algo, node_part=node_part, ulysses_degree=ulysses)) \
+            if isinstance(cost, CalibratedCostModel) else predicted
         calibrator.observe(degree, algo, base, float(measured))
         records.append(Observation(degree, algo, base, predicted, float(measured)))
     return records

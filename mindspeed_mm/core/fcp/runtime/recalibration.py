@@ -25,6 +25,7 @@ from mindspeed_mm.core.fcp.cost.calibration import (
     observe_groups,
 )
 from mindspeed_mm.core.fcp.solver import Plan
+from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import IDLE
 
 PLAN_LAG = 2
@@ -122,7 +123,8 @@ class StepRecalibrator:
                 f"the plan's groups per round {[len(r.groups) for r in plan.rounds]}"
             )
         cost = self.cost_for_step(step)
-        groups, measured = [], []
+        node = int(plan.extras.get("ranks_per_node", cost.ranks_per_node))
+        groups, measured, placements = [], [], []
         for round_plan, times in zip(plan.rounds, measured_group_ms):
             for group, group_ms in zip(round_plan.groups, times):
                 if group.algo == IDLE:
@@ -133,9 +135,12 @@ class StepRecalibrator:
                     None if patches is None else [int(patches[s]) for s in group.samples],
                 )
                 groups.append((workload, group.degree, group.algo))
+                # Priced where it ran: a group across a node boundary (or a hybrid split) is not the compact one.
+                placements.append((placed_node_part(group.ranks[0], group.degree, node),
+                                   None if group.hybrid is None else group.hybrid.ulysses_degree))
         # A warm-up step's records come from a scratch calibrator: logged, not learned.
         learner = self.calibrator if step >= self.warmup_steps else OnlineCalibrator(self.calibrator.settings)
-        records = observe_groups(learner, cost, groups, measured)
+        records = observe_groups(learner, cost, groups, measured, placements)
         table = self.calibrator.snapshot()
         learned = self.base if table.is_identity else CalibratedCostModel.calibrated(self.base, table)
         with self._lock:
