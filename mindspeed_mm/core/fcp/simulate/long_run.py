@@ -19,11 +19,12 @@ import numpy as np
 from mindspeed_mm.core.fcp.cost import CostModel
 from mindspeed_mm.core.fcp.runtime.batch_planner import BatchPlanner
 from mindspeed_mm.core.fcp.runtime.plan_source import StepPlanSource
-from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.runtime.recalibration import StepRecalibrator
+from mindspeed_mm.core.fcp.runtime.run_steps import RunSteps
 from mindspeed_mm.core.fcp.simulate.mixes import draw_lengths
 from mindspeed_mm.core.fcp.solver import Plan, SolverConfig
 from mindspeed_mm.core.fcp.solver.communicators import plan_communicators
+from mindspeed_mm.core.fcp.solver.placement import placed_node_part
 from mindspeed_mm.core.fcp.solver.plan import IDLE, LOCKSTEP
 from mindspeed_mm.core.fcp.solver.step_time import step_ms
 
@@ -150,10 +151,14 @@ def simulate_long_run(cost: CostModel, config: SolverConfig, workload: str, step
 def _drifted_times(plan: Plan, lengths: list[int], patches: list[int], cost: CostModel, truth: DriftingFactors,
                    step: int) -> list[list[float]]:
     """Each group's time as a run would measure it: the base model's time of its samples at its degree and algo,
-    times the true factor of that (degree, algo) at `step` (idle groups: 0)."""
+    where it is placed (and in its hybrid split), times the true factor of that (degree, algo) at `step` (idle
+    groups: 0)."""
+    node = int(plan.extras.get("ranks_per_node", cost.ranks_per_node))
     return [[0.0 if g.algo == IDLE else
              float(cost.group_time_ms(cost.workload([lengths[i] for i in g.samples], [patches[i] for i in g.samples]),
-                                      g.degree, g.algo)) * truth.factor(step, g.degree, g.algo)
+                                      g.degree, g.algo, node_part=placed_node_part(g.ranks[0], g.degree, node),
+                                      ulysses_degree=None if g.hybrid is None else g.hybrid.ulysses_degree))
+             * truth.factor(step, g.degree, g.algo)
              for g in round_plan.groups] for round_plan in plan.rounds]
 
 
