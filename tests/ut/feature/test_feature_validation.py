@@ -102,7 +102,7 @@ def test_table_for_another_model_names_every_differing_field(tiny_table):
 def test_preset_for_another_model_names_the_flag_the_fields_and_the_fitting_presets():
     expected = (r"--fcp-preset='a3-qwen3vl-8b' \(YAML key fcp_preset\) is made for model qwen3vl-8b, not this "
                 r"run's: model.layers=36 but --num-layers=2, model.hidden=4096 but --hidden-size=64, "
-                r"model.heads=32 but --num-attention-heads=4; choose a preset of this model \(cpu-tiny\)")
+                r"model.heads=32 but --num-attention-heads=4; choose a preset of this model \(cpu-tiny, cpu-tiny-moe\)")
     with pytest.raises(FCPArgumentError, match=expected):
         validate_fcp_args(parse("--fcp-preset", "a3-qwen3vl-8b"))
 
