@@ -102,17 +102,19 @@ def test_communicators_are_counted_through_one_function() -> None:
 
 def test_hybrid_rings_count_in_the_budget() -> None:
     algos = ALGOS + ("hybrid",)
-    # 8-rank nodes, blocks of 8: after the chain and 3, 6, 12, degree 16 runs hybrid as 8 x 2, one ring per rank more.
+    # 8-rank nodes, blocks of 8: after the chain, degrees 16, 32 and 64 run hybrid as 8 x 2, 8 x 4 and 8 x 8, one ring
+    # per rank each; the one communicator left goes to degree 3.
     catalogue = group_catalogue(64, 64, 10, algos, plane=True, hybrid_block=8)
-    assert catalogue.degrees == (2, 3, 4, 6, 8, 12, 16, 32, 64) and catalogue.hybrid_degrees == (16,)
+    assert catalogue.degrees == (2, 3, 4, 8, 16, 32, 64) and catalogue.hybrid_degrees == (16, 32, 64)
     assert catalogue.worst == 10
     rings = [c for c in catalogue.communicators() if c != tuple(range(c[0], c[0] + len(c)))]
-    assert rings == sorted((s + j, s + 8 + j) for s in range(0, 64, 16) for j in range(8))
+    assert rings == sorted({tuple(range(s + j, s + d, 8)) for d in (16, 32, 64) for s in range(0, 64, d)
+                            for j in range(8)})
     assert group_communicators(tuple(range(16)), "hybrid", 8) == (tuple(range(16)), tuple(range(8)),
                                                                  tuple(range(8, 16)), *((j, 8 + j) for j in range(8)))
-    # Without hybrid groups the same budget holds one more extra degree; with a larger one, more hybrid degrees.
+    # Without hybrid groups the budget holds the extra degrees instead; a larger one holds both.
     assert group_catalogue(64, 64, 10, ALGOS, plane=True, hybrid_block=8).degrees == (2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
-    assert group_catalogue(64, 64, 12, algos, plane=True, hybrid_block=8).hybrid_degrees == (16, 32)
+    assert group_catalogue(64, 64, 12, algos, plane=True, hybrid_block=8).degrees == (2, 3, 4, 6, 8, 12, 16, 32, 64)
     # A hybrid group of 16 runs 8 x 2 (or 16 x 1, 1 x 16: no extra communicator); 4 x 4 needs rings it does not have.
     def plan_with(split: HybridSplit) -> Plan:
         groups = (GroupPlan(tuple(range(16)), 16, "hybrid", (0,), 1.0, hybrid=split),
@@ -122,7 +124,7 @@ def test_hybrid_rings_count_in_the_budget() -> None:
     for fine in (HybridSplit(8, 2), HybridSplit(16, 1), HybridSplit(1, 16)):
         catalogue.check_plan(plan_with(fine))
     with pytest.raises(InvalidPlanError, match=r"round 0, group on ranks 0..15: hybrid split 4 x 4 is not the run's "
-                                               r"\(hybrid degrees \[16\], blocks of at most 8 ranks\)"):
+                                               r"\(hybrid degrees \[16, 32, 64\], blocks of at most 8 ranks\)"):
         catalogue.check_plan(plan_with(HybridSplit(4, 4)))
     # The unbounded ablation: every degree with a proper split, counted.
     unbounded = group_catalogue(64, 64, None, algos, plane=True, hybrid_block=8)

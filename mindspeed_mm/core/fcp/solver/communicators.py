@@ -20,9 +20,9 @@ rings, which are no contiguous range: one more communicator per member for each 
 degree has one split (`cost.hybrid_costs.HybridSplitRule`: u a power of two, so its blocks are slot-grid groups of
 the chain), and a degree runs hybrid only above the block limit (groups that Ulysses cannot keep inside a node:
 they cross nodes or exceed the heads; below it hybrid gained at most 0.12%, `cost.hybrid_costs`) and where the
-catalogue admits it: after the powers of two, the 3 x 2^k degrees and the hybrid splits of the chain's degrees
-above the block limit, smallest degree first, then the other extra degrees, while the budget allows (extra degrees
-run ring or Ulysses only). A budget raised above the default admits more of them.
+catalogue admits it: after the powers of two, the hybrid splits of the chain's degrees above the block limit,
+smallest first, then the extra degrees (3 x 2^k first), while the budget allows (extra degrees run ring or Ulysses
+only). A budget raised above the default admits more of them.
 
 Being fixed at start, the catalogue is the same on every rank and in a resumed run, `prewarm` can create all of
 it, and the memory model counts exactly the communicators a rank may hold (`worst`).
@@ -278,11 +278,13 @@ def _catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: tuple
             if not admit(_new_communicators(num_ranks, degree, algos, held)):
                 break   # the powers of two stay a chain (each divides the next): they always pack
             chosen.append(degree)
-    # Then the extra degrees, with the hybrid splits of the chain's degrees Ulysses cannot keep in a node (above the
-    # block limit) among the 3 x 2^k ones by size (the other extras after them).
+    # Then the hybrid splits of the chain's degrees Ulysses cannot keep in a node (above the block limit), smallest
+    # first, then the extra degrees (3 x 2^k first). Hybrid first: on 2 image + video samples per rank, 256 H200s,
+    # the extra degrees first made the budgeted plans 16.1% slower than unbounded ones, the hybrid splits first 3.1%
+    # (benchmarks/results/communicator_budget.md).
     extras = [(d, False) for d in extra_degree_candidates(max_degree) if d & (d - 1)]
     threes = [c for c in extras if c[0] % 3 == 0 and (c[0] // 3) & (c[0] // 3 - 1) == 0]
-    candidates = sorted(threes + [(d, True) for d in chosen if d > rule.block and rule.ulysses_of(d)])
+    candidates = sorted([(d, True) for d in chosen if d > rule.block and rule.ulysses_of(d)]) + threes
     candidates += [c for c in extras if c not in threes]
     for degree, as_hybrid in candidates:
         if counts[0] >= budget:
