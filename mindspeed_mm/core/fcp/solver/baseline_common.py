@@ -28,6 +28,15 @@ class BaselineInfeasibleError(ValueError):
     """A baseline strategy cannot run this batch on this cluster; the message names the reason."""
 
 
+def own_degree_lengths(strategy: str, chooses: str, lengths: Sequence[int], cost: CostModel, config: SolverConfig,
+                       patches: Sequence[int] | None, cp_degree: int | None) -> np.ndarray:
+    """`checked_lengths` of a strategy that chooses its degrees itself (`chooses`: "a degree per sample", ...),
+    which refuses a `cp_degree`."""
+    if cp_degree is not None:
+        raise ValueError(f"{strategy} chooses {chooses}; cp_degree must be None")
+    return checked_lengths(lengths, cost, config, patches)
+
+
 def checked_lengths(
     lengths: Sequence[int], cost: CostModel, config: SolverConfig, patches: Sequence[int] | None
 ) -> np.ndarray:

@@ -41,6 +41,7 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     BaselineInfeasibleError,
     baseline_plan,
     checked_lengths,
+    own_degree_lengths,
 )
 from mindspeed_mm.core.fcp.solver.mcore_dynamic import mcore_dynamic_cp
 from mindspeed_mm.core.fcp.solver.megatron_hybrid_cp import megatron_hybrid_cp
@@ -180,9 +181,7 @@ def mindspeed_dp_cp_switch(
 ) -> Plan:
     """MindSpeed-MM dynamic DP/CP switch: per batch, the smallest ring CP (most DP) that fits."""
     started = time.perf_counter()
-    if cp_degree is not None:
-        raise ValueError("mindspeed_dp_cp_switch chooses its CP degree per batch; cp_degree must be None")
-    values = checked_lengths(lengths, cost, config, patches)
+    values = own_degree_lengths("mindspeed_dp_cp_switch", "its CP degree per batch", lengths, cost, config, patches, cp_degree)
     degree = static_cp_degree(int(values.max()), cost, config, RING)
     return _homogeneous_plan(values, cost, config, patches, degree, RING, "mindspeed_dp_cp_switch", started)
 

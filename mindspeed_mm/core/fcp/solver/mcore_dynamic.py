@@ -14,7 +14,7 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     RING,
     BaselineInfeasibleError,
     baseline_plan,
-    checked_lengths,
+    own_degree_lengths,
     placed_group,
     round_of,
     sample_workload,
@@ -46,9 +46,7 @@ def mcore_dynamic_cp(
 ) -> Plan:
     """Megatron-Core dynamic CP: power-of-two aligned ring groups, filled greedily round by round."""
     started = time.perf_counter()
-    if cp_degree is not None:
-        raise ValueError("mcore_dynamic_cp chooses a degree per sample; cp_degree must be None")
-    values = checked_lengths(lengths, cost, config, patches)
+    values = own_degree_lengths("mcore_dynamic_cp", "a degree per sample", lengths, cost, config, patches, cp_degree)
     n = config.num_ranks
     if n & (n - 1):
         raise BaselineInfeasibleError(

@@ -73,7 +73,7 @@ from mindspeed_mm.core.fcp.solver.baseline_common import (
     RING,
     BaselineInfeasibleError,
     baseline_plan,
-    checked_lengths,
+    own_degree_lengths,
     placed_group,
     round_of,
 )
@@ -269,9 +269,7 @@ def megatron_hybrid_cp(
 ) -> Plan:
     """Megatron-LM hybrid CP: its scheduler's rounds and groups, timed on `cost` as ring groups."""
     started = time.perf_counter()
-    if cp_degree is not None:
-        raise ValueError("megatron_hybrid_cp chooses a degree per sample; cp_degree must be None")
-    values = checked_lengths(lengths, cost, config, patches)
+    values = own_degree_lengths("megatron_hybrid_cp", "a degree per sample", lengths, cost, config, patches, cp_degree)
     _checked_degrees(values, cost.capacity_tokens, config)
     rounds: list[RoundPlan] = []
     for groups in hybrid_schedule(values.tolist(), cost.capacity_tokens, config.num_ranks, trim):
