@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mindspeed_mm.core.fcp.cost.measured_compute import (  # noqa: E402
-    MeasuredRow, errors_of, fit_measured_compute, load_h200_qwen3vl8b, load_rows,
+    MeasuredRow, errors_of, load_h200_qwen3vl8b, load_rows,
 )
 from mindspeed_mm.core.fcp.cost.table import ModelShape  # noqa: E402
 from mindspeed_mm.core.fcp.cost.term_validation import device_held_out, lines  # noqa: E402

@@ -8,6 +8,7 @@ training test shows the wrapper is what upstream's data loader builder runs.)
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def _fcp_recipe_of(upstream: dict, tmp_path: Path) -> Path:
     return path
 
 
-def _megatron_args(path: Path) -> "argparse.Namespace":
+def _megatron_args(path: Path) -> argparse.Namespace:
     """The arguments MindSpeed-MM makes of a recipe: its `gpt_args`, the Megatron checks' sizes from
     `model.text_decoder`, the recipe as `--mm-model` / `--mm-data`; 16 ranks."""
     import argparse

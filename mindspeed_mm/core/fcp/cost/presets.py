@@ -27,7 +27,6 @@ from typing import Any
 from mindspeed_mm.core.fcp.cost.analytic import (
     SHARDING_MODES, HardwarePreset, ModelPreset, Setup, memory_figures, params_per_rank, step_figures, time_figures,
 )
-from mindspeed_mm.core.fcp.cost.grid import Grid
 from mindspeed_mm.core.fcp.cost.measured_compute import MeasuredCompute, load_h200_qwen3vl8b, quadratic_grid
 from mindspeed_mm.core.fcp.cost.shapes import DecoderShape, EncoderShape, ExpertShape
 from mindspeed_mm.core.fcp.cost.term_provenance import preset_term_provenance

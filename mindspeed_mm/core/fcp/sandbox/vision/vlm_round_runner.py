@@ -4,6 +4,7 @@ runs on its zigzag shard with the vision tokens of that shard in place."""
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from mindspeed_mm.core.fcp.runtime.media_exchange import VisionTower, encode_all, encode_media_in_group
 from mindspeed_mm.core.fcp.runtime.step_runtime import FCPRound, FCPRuntime
