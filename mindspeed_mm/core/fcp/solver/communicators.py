@@ -280,8 +280,8 @@ def _catalogue(num_ranks: int, max_degree: int, budget: int | None, algos: tuple
             chosen.append(degree)
     # Then the hybrid splits of the chain's degrees Ulysses cannot keep in a node (above the block limit), smallest
     # first, then the extra degrees (3 x 2^k first). Hybrid first: on 2 image + video samples per rank, 256 H200s,
-    # the extra degrees first made the budgeted plans 16.1% slower than unbounded ones, the hybrid splits first 3.1%
-    # (benchmarks/results/communicator_budget.md).
+    # 100 steps, the extra degrees first made the budgeted plans 17.1% slower than unbounded ones, the hybrid splits
+    # first 2.3% (benchmarks/results/communicator_budget.md).
     extras = [(d, False) for d in extra_degree_candidates(max_degree) if d & (d - 1)]
     threes = [c for c in extras if c[0] % 3 == 0 and (c[0] // 3) & (c[0] // 3 - 1) == 0]
     candidates = sorted([(d, True) for d in chosen if d > rule.block and rule.ulysses_of(d)]) + threes
