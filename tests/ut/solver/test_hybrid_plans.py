@@ -16,8 +16,8 @@ from mindspeed_mm.core.fcp.solver.hybrid_split import HybridSplit, communicator_
 
 @pytest.fixture(scope="module")
 def h200_plan() -> tuple[Plan, list[int], list[int], CostModel]:
-    """Image + video on 64 H200 ranks (8 per node): groups of 16 span two nodes, Ulysses over 16 would
-    all-to-all across them; the plan runs 8 x 2 hybrid groups."""
+    """Image + video on 64 H200 ranks (8 per node): groups of 16 or more span nodes, Ulysses over them would
+    all-to-all across nodes; the plan runs hybrid groups of blocks of 8."""
     cost = CostModel.from_preset("h200-qwen3vl-8b", shard_ranks=64)
     lengths, patches = draw_lengths("imagevideo", 512, 0)
     plan = plan_batch(lengths, cost, SolverConfig(64, ranks_per_node=8), patches)
@@ -32,18 +32,23 @@ def test_a_planned_hybrid_group_carries_the_split_it_was_priced_at(h200_plan) ->
     plan, lengths, patches, cost = h200_plan
     validate_plan(plan, lengths, cost, patches, priced=True)
     hybrid = _hybrid_groups(plan)
-    assert hybrid and {(g.degree, g.hybrid) for g in hybrid} == {(16, HybridSplit(8, 2))}
+    # Blocks of 8 (a node), one ring across the nodes: the split of every hybrid degree of the run's catalogue.
+    assert hybrid and all(g.degree in (16, 32, 64) and g.hybrid == HybridSplit(8, g.degree // 8) for g in hybrid)
     assert all(g.hybrid is None for r in plan.rounds for g in r.groups if g.algo != "hybrid")
     again = Plan.from_json(plan.to_json())
     assert again == plan and again.digest() == plan.digest()
-    assert plan.to_json()["rounds"][0]["groups"][0]["hybrid"] == {"ulysses_degree": 8, "ring_degree": 2}
+    first = next((r, k) for r, round_plan in enumerate(plan.rounds) for k, g in enumerate(round_plan.groups)
+                 if g.algo == "hybrid")
+    degree = plan.rounds[first[0]].groups[first[1]].degree
+    assert plan.to_json()["rounds"][first[0]]["groups"][first[1]]["hybrid"] == {"ulysses_degree": 8,
+                                                                               "ring_degree": degree // 8}
     # The split is part of the layout every rank checks: another split is another plan.
     other = dataclasses.replace(plan, rounds=tuple(dataclasses.replace(r, groups=tuple(
-        dataclasses.replace(g, hybrid=HybridSplit(4, 4)) if g.algo == "hybrid" else g for g in r.groups))
-        for r in plan.rounds))
+        dataclasses.replace(g, hybrid=HybridSplit(4, g.degree // 4)) if g.algo == "hybrid" else g
+        for g in r.groups)) for r in plan.rounds))
     assert other.digest() != plan.digest()
-    # Degree 16's one proper split is 8 x 2 (`HybridSplitRule`: one ring communicator per hybrid degree).
-    with pytest.raises(InvalidPlanError, match=r"split 4 x 4 \(blocks inside nodes\) is infeasible at degree 16"):
+    # A degree has one proper split (`HybridSplitRule`: one ring communicator per hybrid degree): 4 x r is not it.
+    with pytest.raises(InvalidPlanError, match=r"split 4 x \d+ \(blocks inside nodes\) is infeasible at degree"):
         validate_plan(other, lengths, cost, patches)
 
 
@@ -54,11 +59,11 @@ def test_the_checks_refuse_a_hybrid_group_without_a_split_or_with_blocks_across_
         dataclasses.replace(g, hybrid=None) for g in first.groups)),) + plan.rounds[1:])
     with pytest.raises(InvalidPlanError, match="must carry its Ulysses x ring split"):
         validate_plan(bare, lengths, cost, patches)
-    # 16 x 1 would all-to-all across two nodes of 8.
+    # d x 1 would all-to-all across nodes of 8.
     wide = dataclasses.replace(plan, rounds=(dataclasses.replace(first, groups=tuple(
-        dataclasses.replace(g, hybrid=HybridSplit(16, 1)) if g.algo == "hybrid" else g for g in first.groups)),)
-        + plan.rounds[1:])
-    with pytest.raises(InvalidPlanError, match=r"split 16 x 1 \(blocks inside nodes\) is infeasible"):
+        dataclasses.replace(g, hybrid=HybridSplit(g.degree, 1)) if g.algo == "hybrid" else g
+        for g in first.groups)),) + plan.rounds[1:])
+    with pytest.raises(InvalidPlanError, match=r"split \d+ x 1 \(blocks inside nodes\) is infeasible"):
         validate_plan(wide, lengths, cost, patches)
     with pytest.raises(InvalidPlanError, match="belongs to a hybrid group of that degree"):
         GroupPlan((0, 1, 2, 3), 4, "ring", (0,), 1.0, hybrid=HybridSplit(2, 2))
