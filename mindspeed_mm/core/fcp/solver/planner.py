@@ -481,10 +481,17 @@ def _sample_facts(
     at_min, _ = timer.evaluate(workloads.every_sample(), mins, max_degree, width=1)
     at_min = at_min[:, 0]
     device = at_min * mins
-    for i in np.flatnonzero(~np.isfinite(at_min)).tolist():
-        # No algo runs at the minimum degree (e.g. head divisibility): use the best allowed degree.
+    elsewhere = np.flatnonzero(~np.isfinite(at_min)).tolist()
+    # No algo runs at the minimum degree (head divisibility, a degree outside the catalogue): the best allowed
+    # degree up to twice the minimum (where the catalogue's powers of two always have one; a rank's share of the
+    # work only grows beyond), every such sample's degrees queried in one batch.
+    timer.prepare([(workloads[i], int(mins[i]), min(max_degree, 2 * int(mins[i]))) for i in elsewhere])
+    for i in elsewhere:
         first = int(mins[i])
-        window = timer.window(workloads[i], first, max_degree) * np.arange(first, max_degree + 1)
+        top = min(max_degree, 2 * first)
+        window = timer.window(workloads[i], first, top) * np.arange(first, top + 1)
+        if not np.isfinite(window).any():
+            window = timer.window(workloads[i], first, max_degree) * np.arange(first, max_degree + 1)
         if not np.isfinite(window).any():
             raise NoAlgoForSampleError(i, lengths[i], capacity, max_degree, first, tuple(timer.cost.algos))
         device[i] = float(np.min(window))
